@@ -1,0 +1,427 @@
+"""The Graph IR shared by capture, prims and autodiff.
+
+A Graph is a straight-line program: a list of Nodes in execution order.  Each
+node is one of
+
+  placeholder  an input of the graph (a tensor or a Python scalar), in order;
+  call         target(*args, **kwargs) where target is a torch callable
+               (``torch.add``, ``torch.Tensor.view``, ``F.linear``,
+               ``operator.getitem`` ...) or a ``prims`` primitive;
+  output       the single last node; ``args[0]`` is a flat tuple of values.
+
+Arguments are nested tuples/lists/dicts of Nodes and Python constants (ints,
+floats, bools, None, strings, torch.dtype/device/memory_format, slices).
+Every value-producing node carries ``meta``: a TensorMeta, a tuple of them
+for multi-output ops, or ``None`` for Python values.
+
+Who produces what:
+  capture  -> a torch-level Graph (may contain in-place ops and views);
+  prims    -> a Graph whose call targets are primitives or Externs;
+  backends -> take (graph, example_inputs) and return a callable that maps the
+              flat list of placeholder values to the flat list of outputs.
+
+A Graph prints as readable Python (``print(graph)``) and that same source is
+what ``Graph.as_callable`` executes, so what you read is what runs.
+"""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import itertools
+import keyword
+import operator
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+# Sizes are ints today; they may become sympy expressions (dynamic shapes), so
+# code that consumes meta should not assume ``int`` beyond what it must.
+Size = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMeta:
+    """What the compiler knows about a tensor value without its data."""
+
+    shape: tuple[Size, ...]
+    stride: tuple[Size, ...]
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool = False
+    storage_offset: Size = 0
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "TensorMeta":
+        return TensorMeta(
+            tuple(t.shape),
+            tuple(t.stride()),
+            t.dtype,
+            t.device,
+            bool(t.requires_grad),
+            t.storage_offset(),
+        )
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> Size:
+        n = 1
+        for s in self.shape:
+            n = n * s
+        return n
+
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.stride)):
+            if size != 1 and stride != expected:
+                return False
+            expected = expected * size
+        return True
+
+    def to_meta_tensor(self) -> torch.Tensor:
+        """An empty tensor on the meta device with this shape/stride/dtype."""
+        t = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device="meta")
+        if self.storage_offset:
+            t = t.as_strided(self.shape, self.stride, self.storage_offset)
+        return t
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        shape = ", ".join(str(s) for s in self.shape)
+        return f"{dtype}[{shape}]"
+
+
+def contiguous_strides(shape: Iterable[Size]) -> tuple[Size, ...]:
+    strides: list[Size] = []
+    running = 1
+    for size in reversed(tuple(shape)):
+        strides.append(running)
+        running = running * (size if size != 0 else 1)
+    return tuple(reversed(strides))
+
+
+class Node:
+    """One operation (or input/output) of a Graph."""
+
+    __slots__ = ("graph", "name", "op", "target", "args", "kwargs", "meta", "users", "source_line", "extra")
+
+    def __init__(self, graph: "Graph", name: str, op: str, target: Any, args: tuple, kwargs: dict,
+                 meta: Any = None, source_line: str | None = None):
+        self.graph = graph
+        self.name = name
+        self.op = op
+        self.target = target
+        self.args = args
+        self.kwargs = kwargs
+        self.meta = meta
+        self.users: dict[Node, None] = {}  # insertion-ordered set
+        # "file.py:42" of the user code that produced this node, for errors
+        self.source_line = source_line
+        # free-form annotations a pass may attach (e.g. the capture source)
+        self.extra: dict[str, Any] = {}
+        for inp in self.inputs():
+            inp.users[self] = None
+
+    def inputs(self) -> list["Node"]:
+        """Nodes this node reads, in argument order, without duplicates."""
+        seen: dict[Node, None] = {}
+        for value in tree_leaves((self.args, self.kwargs)):
+            if isinstance(value, Node):
+                seen[value] = None
+        return list(seen)
+
+    def replace_input(self, old: "Node", new: "Node") -> None:
+        self.args = tree_map(lambda v: new if v is old else v, self.args)
+        self.kwargs = tree_map(lambda v: new if v is old else v, self.kwargs)
+        old.users.pop(self, None)
+        new.users[self] = None
+
+    def replace_all_uses_with(self, new: "Node") -> None:
+        for user in list(self.users):
+            user.replace_input(self, new)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Graph:
+    """A list of Nodes plus helpers to build, print, copy and run it."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self._names: set[str] = set()
+        self._counter = itertools.count()
+
+    # ---------------------------------------------------------------- building
+    def _unique_name(self, hint: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "v"
+        if base[0].isdigit():
+            base = "_" + base
+        if keyword.iskeyword(base) or base in _RESERVED_NAMES:
+            base = base + "_"
+        name = base
+        while name in self._names:
+            name = f"{base}_{next(self._counter)}"
+        self._names.add(name)
+        return name
+
+    def placeholder(self, name: str, meta: Any = None) -> Node:
+        node = Node(self, self._unique_name(name), "placeholder", None, (), {}, meta)
+        # placeholders stay ahead of every call node
+        position = sum(1 for n in self.nodes if n.op == "placeholder")
+        self.nodes.insert(position, node)
+        return node
+
+    def call(self, target: Any, args: tuple = (), kwargs: dict | None = None, meta: Any = None,
+             name: str | None = None, source_line: str | None = None) -> Node:
+        node = Node(self, self._unique_name(name or target_name(target)), "call", target,
+                    tuple(args), dict(kwargs or {}), meta, source_line)
+        self._insert(node)
+        return node
+
+    def output(self, values: Iterable[Any]) -> Node:
+        assert not any(n.op == "output" for n in self.nodes), "graph already has an output"
+        node = Node(self, "output", "output", None, (tuple(values),), {})
+        self.nodes.append(node)
+        return node
+
+    def _insert(self, node: Node) -> None:
+        if self.nodes and self.nodes[-1].op == "output":
+            self.nodes.insert(len(self.nodes) - 1, node)
+        else:
+            self.nodes.append(node)
+
+    # -------------------------------------------------------------- inspecting
+    @property
+    def placeholders(self) -> list[Node]:
+        return [n for n in self.nodes if n.op == "placeholder"]
+
+    @property
+    def output_node(self) -> Node:
+        assert self.nodes and self.nodes[-1].op == "output", "graph has no output"
+        return self.nodes[-1]
+
+    @property
+    def outputs(self) -> tuple[Any, ...]:
+        return self.output_node.args[0]
+
+    def call_nodes(self) -> Iterator[Node]:
+        return (n for n in self.nodes if n.op == "call")
+
+    # ---------------------------------------------------------------- editing
+    def erase(self, node: Node) -> None:
+        assert not node.users, f"{node} still has users {list(node.users)}"
+        for inp in node.inputs():
+            inp.users.pop(node, None)
+        self.nodes.remove(node)
+        self._names.discard(node.name)
+
+    def eliminate_dead_code(self, is_impure: Callable[[Node], bool] | None = None) -> None:
+        """Drop call nodes whose values nobody uses (in-place ops count as used)."""
+        impure = is_impure or _default_is_impure
+        for node in reversed(list(self.nodes)):
+            if node.op == "call" and not node.users and not impure(node):
+                self.erase(node)
+
+    def copy(self) -> tuple["Graph", dict[Node, Node]]:
+        """A deep copy of the structure (targets and constants are shared)."""
+        new = Graph()
+        mapping: dict[Node, Node] = {}
+        remap = lambda v: mapping[v] if isinstance(v, Node) else v  # noqa: E731
+        for node in self.nodes:
+            if node.op == "placeholder":
+                copy = new.placeholder(node.name, node.meta)
+            elif node.op == "call":
+                copy = new.call(node.target, tree_map(remap, node.args), tree_map(remap, node.kwargs),
+                                node.meta, node.name, node.source_line)
+            else:
+                copy = new.output(tree_map(remap, node.args[0]))
+            copy.extra = dict(node.extra)
+            mapping[node] = copy
+        return new, mapping
+
+    # ---------------------------------------------------------------- printing
+    def python_code(self, fn_name: str = "forward") -> tuple[str, dict[str, Any]]:
+        """Readable Python source for the graph, and the globals it needs."""
+        namespace = _CodeNamespace()
+        params = ", ".join(n.name for n in self.placeholders)
+        lines = [f"def {fn_name}({params}):"]
+        for node in self.nodes:
+            if node.op != "call":
+                continue
+            call = namespace.call_expr(node.target, node.args, node.kwargs)
+            comment = f"  # {_meta_str(node.meta)}" if node.meta is not None else ""
+            lines.append(f"    {node.name} = {call}{comment}")
+        outputs = self.outputs if self.nodes and self.nodes[-1].op == "output" else ()
+        lines.append(f"    return ({''.join(namespace.arg(v) + ', ' for v in outputs)})")
+        return "\n".join(lines) + "\n", namespace.globals
+
+    def __str__(self) -> str:
+        source, _ = self.python_code()
+        header = "".join(f"# {n.name}: {_meta_str(n.meta)}\n" for n in self.placeholders if n.meta is not None)
+        return header + source
+
+    # ----------------------------------------------------------------- running
+    def as_callable(self, fn_name: str = "forward") -> Callable[..., tuple]:
+        """Compile the printed source into a function: the `eager` backend."""
+        source, globals_ = self.python_code(fn_name)
+        filename = f"<ember graph {id(self):x}>"
+        code = compile(source, filename, "exec")
+        exec(code, globals_)
+        fn = globals_[fn_name]
+        fn.__ember_source__ = source
+        return fn
+
+    def run(self, *inputs: Any) -> tuple:
+        """Interpret node by node (slow; for debugging and tests)."""
+        env: dict[Node, Any] = {}
+        load = lambda v: env[v] if isinstance(v, Node) else v  # noqa: E731
+        for node, value in zip(self.placeholders, inputs):
+            env[node] = value
+        for node in self.nodes:
+            if node.op == "call":
+                env[node] = node.target(*tree_map(load, node.args), **tree_map(load, node.kwargs))
+            elif node.op == "output":
+                return tuple(tree_map(load, node.args[0]))
+        return ()
+
+
+# --------------------------------------------------------------------- helpers
+_RESERVED_NAMES = {"torch", "operator", "builtins", "inf", "nan", "forward"} | set(dir(builtins))
+
+
+def target_name(target: Any) -> str:
+    """A short readable name for a call target: 'add', 'linear', 'getitem'."""
+    name = getattr(target, "name", None)
+    if isinstance(name, str):
+        return name
+    return getattr(target, "__name__", None) or type(target).__name__.lower()
+
+
+def target_qualified_name(target: Any) -> str:
+    """A dotted name for printing: 'torch.add', 'torch.Tensor.view', 'F.gelu'."""
+    qual = getattr(target, "qualified_name", None)
+    if isinstance(qual, str):
+        return qual
+    name = getattr(target, "__name__", repr(target))
+    if getattr(torch.Tensor, name, None) is target:
+        return f"torch.Tensor.{name}"
+    if getattr(torch.nn.functional, name, None) is target:
+        return f"torch.nn.functional.{name}"
+    if getattr(torch, name, None) is target:
+        return f"torch.{name}"
+    if getattr(operator, name, None) is target:
+        return f"operator.{name}"
+    module = getattr(target, "__module__", None)
+    if module and module != "builtins":
+        return f"{module}.{name}"
+    return name
+
+
+def _default_is_impure(node: Node) -> bool:
+    name = target_name(node.target)
+    return name.endswith("_") and not name.endswith("__") or name in {"copy_", "setitem"}
+
+
+def _meta_str(meta: Any) -> str:
+    if isinstance(meta, (tuple, list)):
+        return "(" + ", ".join(_meta_str(m) for m in meta) + ")"
+    return str(meta)
+
+
+class _CodeNamespace:
+    """Turns targets and constants into source text plus the globals it needs."""
+
+    def __init__(self) -> None:
+        self.globals: dict[str, Any] = {"torch": torch, "operator": operator, "inf": float("inf"),
+                                        "nan": float("nan")}
+        self._by_id: dict[int, str] = {}
+
+    def target(self, target: Any) -> str:
+        qualified = target_qualified_name(target)
+        root = qualified.split(".")[0]
+        if root in ("torch", "operator") and _resolves(qualified, target):
+            return qualified
+        return self._bind(target, target_name(target))
+
+    def _bind(self, value: Any, hint: str) -> str:
+        key = id(value)
+        if key not in self._by_id:
+            base = "".join(c if c.isalnum() else "_" for c in hint)
+            name = f"_{base}"
+            n = 0
+            while name in self.globals:
+                n += 1
+                name = f"_{base}_{n}"
+            self.globals[name] = value
+            self._by_id[key] = name
+        return self._by_id[key]
+
+    def arg(self, value: Any) -> str:
+        if isinstance(value, Node):
+            return value.name
+        if isinstance(value, tuple):
+            inner = ", ".join(self.arg(v) for v in value)
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        if isinstance(value, list):
+            return "[" + ", ".join(self.arg(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{self.arg(k)}: {self.arg(v)}" for k, v in value.items()) + "}"
+        if isinstance(value, slice):
+            return f"slice({self.arg(value.start)}, {self.arg(value.stop)}, {self.arg(value.step)})"
+        if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
+            return str(value)
+        if isinstance(value, torch.device):
+            return f"torch.device({str(value)!r})"
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            return {"nan": "nan", "inf": "inf", "-inf": "-inf"}[repr(value)]
+        if value is None or isinstance(value, (bool, int, float, str, complex)) or value is Ellipsis:
+            return repr(value)
+        return self._bind(value, type(value).__name__.lower())
+
+    def call_expr(self, target: Any, args: tuple, kwargs: dict) -> str:
+        parts = [self.arg(a) for a in args] + [f"{k}={self.arg(v)}" for k, v in kwargs.items()]
+        return f"{self.target(target)}({', '.join(parts)})"
+
+
+def _resolves(dotted: str, target: Any) -> bool:
+    obj: Any = {"torch": torch, "operator": operator}[dotted.split(".")[0]]
+    for part in dotted.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is target
+
+
+# ------------------------------------------------------ nested-structure utils
+def tree_leaves(value: Any) -> list[Any]:
+    out: list[Any] = []
+    _collect(value, out)
+    return out
+
+
+def _collect(value: Any, out: list[Any]) -> None:
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _collect(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect(v, out)
+    elif isinstance(value, slice):
+        _collect((value.start, value.stop, value.step), out)
+    else:
+        out.append(value)
+
+
+def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, tuple):
+        mapped = [tree_map(fn, v) for v in value]
+        return type(value)(*mapped) if hasattr(value, "_fields") else tuple(mapped)
+    if isinstance(value, list):
+        return [tree_map(fn, v) for v in value]
+    if isinstance(value, dict):
+        return {k: tree_map(fn, v) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(tree_map(fn, value.start), tree_map(fn, value.stop), tree_map(fn, value.step))
+    return fn(value)

@@ -1,0 +1,212 @@
+"""The primitive set: the closed vocabulary that decompositions emit and lower/ consumes.
+
+Every primitive is a `Prim` with
+  name         the printed name ("prims.add");
+  kind         "elementwise" | "view" | "reduction" | "creation" | "indexing" | "random" | "scan";
+  reference    an eager-torch implementation (tests run prim graphs with it);
+  meta         (*args, **kwargs) -> TensorMeta | tuple[TensorMeta, ...]; defaults to running
+               `reference` on meta-device tensors; explicit rules live in prims/meta.py
+               and must also accept sympy sizes.
+
+Conventions (the contract between prims/ and lower/):
+  * Elementwise prims take tensors of identical shape and dtype (decompositions insert
+    `broadcast_in_dim`/`expand` and `convert_element_type` to get there, following
+    PyTorch's type promotion); scalar operands are Python numbers already of the
+    right kind.  Comparisons and isnan/isinf/logical_* return bool.
+    Low-precision floats (bf16/fp16) are *computed* in fp32 by the code generators and
+    rounded once on store, as Inductor does.
+  * Views never copy: reshape (of a tensor whose strides allow or not: lower/ turns it
+    into an index map either way), permute, expand, slice, as_strided.
+    They return new values; aliasing is handled by functionalization.
+  * Reductions take `dims` (a sorted tuple of non-negative ints) and drop those
+    dimensions (keepdim is a following reshape).  Accumulation is fp32 for low-precision
+    floats and the output dtype is the input dtype, except argmax/argmin (int64) and
+    var_mean (returns (var, mean)).
+  * Nothing here is in-place.  Mutation is expressed by the graph's output list plus
+    `Graph.extra["mutated_inputs"]` (see functionalize.py).
+  * Anything that is not a Prim in a prim-level graph is an Extern: a torch callable run
+    eagerly by the wrapper (mm, convolution, sdpa, unsupported ops).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from ember.graph import TensorMeta, tree_map
+
+
+@dataclasses.dataclass(eq=False)
+class Prim:
+    name: str
+    kind: str
+    reference: Callable[..., Any]
+    meta: Callable[..., Any] | None = None
+    doc: str = ""
+
+    @property
+    def qualified_name(self) -> str:
+        return f"prims.{self.name}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calling a Prim runs its reference implementation (used by Graph.run)."""
+        return self.reference(*args, **kwargs)
+
+    def infer_meta(self, *args: Any, **kwargs: Any) -> Any:
+        """Output meta from input metas (TensorMeta in args); default: run on 'meta'."""
+        if self.meta is not None:
+            return self.meta(*args, **kwargs)
+        devices = [a.device for a in _leaves(args, kwargs) if isinstance(a, TensorMeta)]
+        as_meta = lambda v: v.to_meta_tensor() if isinstance(v, TensorMeta) else v  # noqa: E731
+        out = self.reference(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
+        device = devices[0] if devices else kwargs.get("device", torch.device("cpu"))
+        return _to_meta(out, device)
+
+    def __repr__(self) -> str:
+        return self.qualified_name
+
+
+def _leaves(args: Any, kwargs: Any) -> list[Any]:
+    from ember.graph import tree_leaves
+    return tree_leaves((args, kwargs))
+
+
+def _to_meta(out: Any, device: torch.device) -> Any:
+    if isinstance(out, torch.Tensor):
+        return dataclasses.replace(TensorMeta.of(out), device=torch.device(device))
+    if isinstance(out, (tuple, list)):
+        return tuple(_to_meta(o, device) for o in out)
+    return None
+
+
+REGISTRY: dict[str, Prim] = {}
+
+
+def register_prim(name: str, kind: str, reference: Callable[..., Any], doc: str = "") -> Prim:
+    assert name not in REGISTRY, f"primitive {name} registered twice"
+    prim = Prim(name, kind, reference, None, doc)
+    REGISTRY[name] = prim
+    return prim
+
+
+def is_prim(target: Any) -> bool:
+    return isinstance(target, Prim)
+
+
+# ----------------------------------------------------------------- elementwise
+# name -> eager reference.  Unary, binary, ternary; same shape and dtype in.
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1,
+    "log": torch.log, "log1p": torch.log1p, "log2": torch.log2, "log10": torch.log10,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
+    "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos,
+    "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "tanh": torch.tanh,
+    "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh,
+    "erf": torch.erf, "erfc": torch.erfc, "erfinv": torch.erfinv, "lgamma": torch.lgamma,
+    "sigmoid": torch.sigmoid, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
+    "trunc": torch.trunc, "sign": torch.sign, "signbit": torch.signbit,
+    "isnan": torch.isnan, "isinf": torch.isinf, "isfinite": torch.isfinite,
+    "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not,
+}
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide,
+    "floor_divide": torch.floor_divide, "remainder": torch.remainder, "fmod": torch.fmod,
+    "pow": torch.pow, "maximum": torch.maximum, "minimum": torch.minimum, "atan2": torch.atan2,
+    "hypot": torch.hypot, "copysign": torch.copysign,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "bitwise_left_shift": torch.bitwise_left_shift, "bitwise_right_shift": torch.bitwise_right_shift,
+}
+
+for _name, _fn in UNARY.items():
+    register_prim(_name, "elementwise", _fn)
+for _name, _fn in BINARY.items():
+    register_prim(_name, "elementwise", _fn)
+
+where = register_prim("where", "elementwise", torch.where, "where(cond: bool, a, b)")
+convert_element_type = register_prim(
+    "convert_element_type", "elementwise", lambda x, dtype: x.to(dtype),
+    "convert_element_type(x, dtype): C-style cast (float->int truncates, ->bool is != 0)")
+
+# ----------------------------------------------------------------------- views
+reshape = register_prim("reshape", "view", lambda x, shape: x.reshape(shape),
+                        "reshape(x, shape): same numel, row-major order; never copies in lower/")
+permute = register_prim("permute", "view", lambda x, dims: x.permute(dims), "permute(x, dims)")
+expand = register_prim("expand", "view", lambda x, shape: x.expand(shape),
+                       "expand(x, shape): same rank, size-1 dims broadcast to shape")
+slice_ = register_prim("slice", "view", lambda x, dim, start, end, step=1: x.narrow(dim, 0, x.shape[dim])[
+    (slice(None),) * dim + (slice(start, end, step),)],
+    "slice(x, dim, start, end, step): 0 <= start <= end <= size, step >= 1 (already clamped)")
+as_strided = register_prim("as_strided", "view",
+                           lambda x, size, stride, storage_offset=0: x.as_strided(size, stride, storage_offset),
+                           "as_strided(x, size, stride, storage_offset): over x's storage")
+
+# ------------------------------------------------------------------ reductions
+sum_ = register_prim("sum", "reduction", lambda x, dims: x.sum(dims) if dims else x.clone(), "sum(x, dims)")
+prod = register_prim("prod", "reduction",
+                     lambda x, dims: _reduce_each(torch.prod, x, dims), "prod(x, dims)")
+amax = register_prim("amax", "reduction", lambda x, dims: x.amax(dims) if dims else x.clone(),
+                     "amax(x, dims): NaN propagates")
+amin = register_prim("amin", "reduction", lambda x, dims: x.amin(dims) if dims else x.clone(),
+                     "amin(x, dims): NaN propagates")
+argmax = register_prim("argmax", "reduction", lambda x, dim: x.argmax(dim), "argmax(x, dim) -> int64")
+argmin = register_prim("argmin", "reduction", lambda x, dim: x.argmin(dim), "argmin(x, dim) -> int64")
+var_mean = register_prim("var_mean", "reduction",
+                         lambda x, dims, correction=0: torch.var_mean(x, dims, correction=correction),
+                         "var_mean(x, dims, correction) -> (var, mean), Welford")
+
+
+def _reduce_each(fn: Callable, x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    for d in sorted(dims, reverse=True):
+        x = fn(x, d)
+    return x
+
+
+# --------------------------------------------------------------------- scans
+cumsum = register_prim("cumsum", "scan", lambda x, dim: torch.cumsum(x, dim), "cumsum(x, dim)")
+
+# ------------------------------------------------------------------- creation
+iota = register_prim("iota", "creation",
+                     lambda length, start, step, dtype, device: torch.arange(
+                         start, start + step * length, step, dtype=dtype, device=device)[:length],
+                     "iota(length, start, step, dtype, device): 1-D arange")
+full = register_prim("full", "creation",
+                     lambda shape, value, dtype, device: torch.full(shape, value, dtype=dtype, device=device),
+                     "full(shape, value, dtype, device)")
+
+# ------------------------------------------------------------------- indexing
+gather = register_prim("gather", "indexing", lambda x, dim, index: torch.gather(x, dim, index),
+                       "gather(x, dim, index: int64)")
+index = register_prim("index", "indexing", lambda x, indices: x[tuple(indices)],
+                      "index(x, indices): advanced indexing; indices is a list of int64 tensors or None")
+scatter = register_prim("scatter", "indexing", lambda x, dim, index, src: torch.scatter(x, dim, index, src),
+                        "scatter(x, dim, index, src): out-of-place")
+scatter_add = register_prim("scatter_add", "indexing",
+                            lambda x, dim, index, src: torch.scatter_add(x, dim, index, src),
+                            "scatter_add(x, dim, index, src): out-of-place")
+index_put = register_prim("index_put", "indexing",
+                          lambda x, indices, values, accumulate=False: torch.index_put(
+                              x, tuple(indices), values, accumulate),
+                          "index_put(x, indices, values, accumulate): out-of-place")
+cat = register_prim("cat", "indexing", lambda tensors, dim: torch.cat(tensors, dim), "cat(tensors, dim)")
+constant_pad = register_prim("constant_pad", "indexing",
+                             lambda x, pad, value: torch.nn.functional.pad(x, pad, value=value),
+                             "constant_pad(x, pad, value): pad as F.pad (last dim first, may be negative)")
+
+# --------------------------------------------------------------------- random
+# Philox counter-based: the same (seed, offset) gives the same numbers on every backend.
+philox_rand = register_prim("philox_rand", "random",
+                            lambda shape, seed, offset, dtype, device: _reference_rand(shape, seed, offset, dtype, device),
+                            "philox_rand(shape, seed, offset, dtype, device): uniform [0, 1)")
+
+
+def _reference_rand(shape, seed, offset, dtype, device):  # replaced by prims/random.py
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed) + int(offset))
+    return torch.rand(shape, generator=gen, dtype=dtype, device=device)
+
+
+def get(name: str) -> Prim:
+    return REGISTRY[name]
