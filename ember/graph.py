@@ -150,6 +150,8 @@ class Graph:
 
     def __init__(self) -> None:
         self.nodes: list[Node] = []
+        # facts a pass records about the whole graph (e.g. "mutated_inputs", see prims/)
+        self.extra: dict[str, Any] = {}
         self._names: set[str] = set()
         self._counter = itertools.count()
 
@@ -239,6 +241,7 @@ class Graph:
                 copy = new.output(tree_map(remap, node.args[0]))
             copy.extra = dict(node.extra)
             mapping[node] = copy
+        new.extra = dict(self.extra)
         return new, mapping
 
     # ---------------------------------------------------------------- printing

@@ -1,0 +1,16 @@
+"""Process-wide settings.  Environment variables set the defaults; code may change them."""
+from __future__ import annotations
+
+import os
+
+# how many compiled entries one code object may hold before it runs eagerly
+cache_size_limit: int = int(os.environ.get("EMBER_CACHE_SIZE_LIMIT", "8"))
+
+# where generated kernels and their builds are cached across processes
+cache_dir: str = os.environ.get("EMBER_CACHE_DIR") or os.path.join(
+    os.path.expanduser("~"), ".cache", "ember")
+
+
+def kernel_cache_dir() -> str:
+    """The cache directory as set now (EMBER_CACHE_DIR is re-read, as the bench harness sets it per run)."""
+    return os.environ.get("EMBER_CACHE_DIR") or cache_dir
