@@ -120,11 +120,34 @@ BINARY = {
     "bitwise_left_shift": torch.bitwise_left_shift, "bitwise_right_shift": torch.bitwise_right_shift,
 }
 
+def _scalar_operands_ok(fn: Callable) -> Callable:
+    """Some torch binary functions reject a Python number where a tensor is expected
+    (torch.maximum(t, 2.0), torch.sub(2.0, t)); retry with a 0-dim tensor of the other operand's
+    dtype (decompositions already promoted, so that is the computation dtype)."""
+    def reference(a: Any, b: Any) -> Any:
+        try:
+            return fn(a, b)
+        except TypeError:
+            like = a if isinstance(a, torch.Tensor) else b
+            return fn(_as_tensor(a, like), _as_tensor(b, like))
+    reference.__name__ = fn.__name__
+    return reference
+
+
+def _as_tensor(v: Any, like: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v
+    return torch.tensor(v, dtype=like.dtype if isinstance(like, torch.Tensor) else None)
+
+
 for _name, _fn in UNARY.items():
     register_prim(_name, "elementwise", _fn)
 for _name, _fn in BINARY.items():
-    register_prim(_name, "elementwise", _fn)
+    register_prim(_name, "elementwise", _scalar_operands_ok(_fn))
 
+clone = register_prim("clone", "elementwise", lambda x: x.clone(memory_format=torch.contiguous_format),
+                      "clone(x): a fresh contiguous copy (used where eager returns a new tensor but the "
+                      "functional value is an input or a view of one)")
 where = register_prim("where", "elementwise", torch.where, "where(cond: bool, a, b)")
 convert_element_type = register_prim(
     "convert_element_type", "elementwise", lambda x, dtype: x.to(dtype),
@@ -179,16 +202,18 @@ full = register_prim("full", "creation",
 # ------------------------------------------------------------------- indexing
 gather = register_prim("gather", "indexing", lambda x, dim, index: torch.gather(x, dim, index),
                        "gather(x, dim, index: int64)")
-index = register_prim("index", "indexing", lambda x, indices: x[tuple(indices)],
-                      "index(x, indices): advanced indexing; indices is a list of int64 tensors or None")
+# aten's index/index_put read None as "this dim is not indexed" (a Python x[None] would add a dim)
+index = register_prim("index", "indexing", lambda x, indices: torch.ops.aten.index.Tensor(x, list(indices)),
+                      "index(x, indices): advanced indexing; indices is a list of int64 tensors (values in "
+                      "[0, size), already wrapped) or None for a dim that is not indexed")
 scatter = register_prim("scatter", "indexing", lambda x, dim, index, src: torch.scatter(x, dim, index, src),
                         "scatter(x, dim, index, src): out-of-place")
 scatter_add = register_prim("scatter_add", "indexing",
                             lambda x, dim, index, src: torch.scatter_add(x, dim, index, src),
                             "scatter_add(x, dim, index, src): out-of-place")
 index_put = register_prim("index_put", "indexing",
-                          lambda x, indices, values, accumulate=False: torch.index_put(
-                              x, tuple(indices), values, accumulate),
+                          lambda x, indices, values, accumulate=False: torch.ops.aten.index_put(
+                              x, list(indices), values, accumulate),
                           "index_put(x, indices, values, accumulate): out-of-place")
 cat = register_prim("cat", "indexing", lambda tensors, dim: torch.cat(tensors, dim), "cat(tensors, dim)")
 constant_pad = register_prim("constant_pad", "indexing",
@@ -202,11 +227,14 @@ philox_rand = register_prim("philox_rand", "random",
                             "philox_rand(shape, seed, offset, dtype, device): uniform [0, 1)")
 
 
-def _reference_rand(shape, seed, offset, dtype, device):  # replaced by prims/random.py
-    gen = torch.Generator(device=device)
-    gen.manual_seed(int(seed) + int(offset))
-    return torch.rand(shape, generator=gen, dtype=dtype, device=device)
+def _reference_rand(shape, seed, offset, dtype, device):
+    from ember.prims.philox import philox_uniform  # Philox4x32-10, the numbers tl.rand gives
+    return philox_uniform(shape, seed, offset, dtype, device)
 
 
 def get(name: str) -> Prim:
     return REGISTRY[name]
+
+
+# explicit meta rules (symbolic-size friendly) replace the run-on-meta-device default
+from ember.prims import meta as _meta  # noqa: E402,F401  (import for its side effect)

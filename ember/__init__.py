@@ -1,0 +1,40 @@
+"""ember: a just-in-time compiler for PyTorch programs.
+
+    import ember
+    fast = ember.compile(model)          # same call signature, same parameters
+    print(ember.explain(model, x))       # graphs, graph breaks, kernels, guards
+
+See README.md for usage and ../shared/DESIGN.md for the pipeline.
+"""
+from __future__ import annotations
+
+from ember import config
+from ember.api import (
+    CompiledModule,
+    compile,
+    cudagraph_mark_step_begin,
+    list_backends,
+    register_backend,
+    reset,
+)
+from ember.debug.explain import ExplainReport, GraphBreak, explain, explain_with
+from ember.errors import CompileError
+from ember.graph import Graph
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompileError",
+    "CompiledModule",
+    "ExplainReport",
+    "Graph",
+    "GraphBreak",
+    "compile",
+    "config",
+    "cudagraph_mark_step_begin",
+    "explain",
+    "explain_with",
+    "list_backends",
+    "register_backend",
+    "reset",
+]

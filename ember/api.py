@@ -1,0 +1,310 @@
+"""The public entry points: ``compile``, the backend registry, modes and options, ``reset``.
+
+``ember.compile`` mirrors ``torch.compile`` so that switching is a one-word change:
+
+    fast = ember.compile(model)                  # an nn.Module wrapper (CompiledModule)
+    fast = ember.compile(fn, fullgraph=True)     # a functools.wraps wrapper
+    @ember.compile                                # decorator, with or without arguments
+    def f(x): ...
+
+What goes in: a function, bound method or ``nn.Module``, plus settings.  What comes
+out: a callable whose first call captures graphs (``ember.capture``) and hands each
+one to the chosen backend (``backend(graph, example_inputs) -> compiled``).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch import nn
+
+from ember.errors import CompileError
+from ember.graph import Graph
+
+Backend = Callable[[Graph, list], Callable[..., tuple]]
+
+# None and "default" mean the same; the others are passed to the backend as options["mode"].
+VALID_MODES: tuple[str | None, ...] = (None, "default", "reduce-overhead", "max-autotune",
+                                       "max-autotune-no-cudagraphs")
+
+# ------------------------------------------------------------------ backends
+_BACKENDS: dict[str, Callable[..., Any]] = {}
+
+# Backends that take (graph, example_inputs, options): they get the compile() options.
+# Plain registered backends take only (graph, example_inputs), as the contract says.
+_BACKENDS_WITH_OPTIONS: set[str] = set()
+
+
+def register_backend(name: str, fn: Backend | None = None) -> Any:
+    """Register ``fn(graph, example_inputs) -> compiled`` under ``name``.
+
+    Usable directly or as a decorator (``@register_backend("mine")``).
+    """
+    if fn is None:
+        return lambda f: register_backend(name, f)
+    if not callable(fn):
+        raise TypeError(f"backend {name!r} must be callable, got {type(fn).__name__}")
+    _BACKENDS[name] = fn
+    _BACKENDS_WITH_OPTIONS.discard(name)
+    return fn
+
+
+def list_backends() -> list[str]:
+    """Names accepted by ``ember.compile(..., backend=name)``."""
+    return sorted(_BACKENDS)
+
+
+def _eager_backend(graph: Graph, example_inputs: list) -> Callable[..., tuple]:
+    """Runs the captured graph as the Python it prints as: capture only, no codegen."""
+    return graph.as_callable()
+
+
+def ember_backend_available() -> bool:
+    """True once ember/backend.py exists (the full compiler); until then "ember" runs eagerly."""
+    return importlib.util.find_spec("ember.backend") is not None
+
+
+def _ember_backend(graph: Graph, example_inputs: list, options: dict | None = None) -> Callable[..., tuple]:
+    """The full compiler: prims -> loop IR -> fused kernels (ember.backend.compile_graph)."""
+    if not ember_backend_available():
+        return _eager_backend(graph, example_inputs)
+    from ember.backend import compile_graph  # imported lazily: it pulls in codegen and runtime
+
+    return compile_graph(graph, example_inputs, options)
+
+
+register_backend("eager", _eager_backend)
+register_backend("ember", _ember_backend)
+_BACKENDS_WITH_OPTIONS.add("ember")
+
+
+def resolve_backend(backend: str | Callable[..., Any], options: dict | None = None) -> Backend:
+    """The two-argument backend callable that capture calls for each graph.
+
+    Adds what every backend gets for free: options passed through to the ember
+    backend, internal failures turned into ``CompileError``, and
+    ``options={"fallback": "eager"}`` (warn and run the graph eagerly instead).
+    """
+    options = dict(options or {})
+    if isinstance(backend, str):
+        if backend not in _BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; registered backends: {list_backends()}")
+        name, raw = backend, _BACKENDS[backend]
+        if name in _BACKENDS_WITH_OPTIONS:
+            raw = functools.partial(raw, options=options)
+    elif callable(backend):
+        name, raw = getattr(backend, "__name__", type(backend).__name__), backend
+    else:
+        raise TypeError(f"backend must be a name or a callable, got {type(backend).__name__}")
+    fallback = options.get("fallback")
+    if fallback not in (None, "eager", "error"):
+        raise ValueError(f"options['fallback'] must be 'eager' or 'error', got {fallback!r}")
+
+    def compile_one_graph(graph: Graph, example_inputs: list) -> Callable[..., tuple]:
+        try:
+            return raw(graph, example_inputs)
+        except Exception as error:
+            if fallback == "eager":
+                warnings.warn(f"ember: backend {name!r} failed ({type(error).__name__}: {error}); "
+                              "running this graph eagerly (options['fallback']='eager')", stacklevel=2)
+                return _eager_backend(graph, example_inputs)
+            if isinstance(error, CompileError):
+                raise
+            raise CompileError(f"backend {name!r} failed: {type(error).__name__}: {error}", stage="backend",
+                               hint="options={'fallback': 'eager'} runs such graphs eagerly") from error
+
+    compile_one_graph.backend_name = name  # type: ignore[attr-defined]
+    return compile_one_graph
+
+
+# ------------------------------------------------------------------ compile
+# Every CapturedFunction made by compile()/explain(), so that reset() can drop their caches too.
+_live_captures: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _capture_module() -> Any:
+    """ember.capture, or a CompileError saying it is missing (it is being written)."""
+    from ember import capture
+
+    if not hasattr(capture, "compile_function"):
+        raise CompileError("ember.capture.compile_function is not available in this checkout",
+                           stage="capture", hint="the bytecode interpreter has not landed yet")
+    return capture
+
+
+def _check_mode(mode: str | None) -> None:
+    if mode not in VALID_MODES:
+        valid = ", ".join(repr(m) for m in VALID_MODES)
+        raise ValueError(f"unknown mode {mode!r}; valid modes: {valid}")
+
+
+def capture_function(fn: Callable[..., Any], *, backend: str | Callable[..., Any] = "ember",
+                     mode: str | None = None, dynamic: bool | None = None, fullgraph: bool = False,
+                     options: dict | None = None) -> Any:
+    """A ``CapturedFunction`` for ``fn`` (function, bound method or nn.Module)."""
+    _check_mode(mode)
+    backend_options = {"mode": "default" if mode is None else mode, "dynamic": dynamic, **(options or {})}
+    captured = _capture_module().compile_function(
+        fn, backend=resolve_backend(backend, backend_options), fullgraph=fullgraph)
+    _live_captures.add(captured)
+    return captured
+
+
+def compile(model_or_fn: Any = None, *, backend: str | Callable[..., Any] = "ember", mode: str | None = None,
+            dynamic: bool | None = None, fullgraph: bool = False, options: dict | None = None) -> Any:
+    """Compile a function or nn.Module, like ``torch.compile``.
+
+    backend   a registered name (``ember.list_backends()``) or ``fn(graph, example_inputs)``;
+    mode      None/"default", "reduce-overhead" (CUDA graphs), "max-autotune",
+              "max-autotune-no-cudagraphs"; handed to the backend in options["mode"];
+    dynamic   None (decide), True or False; handed to the backend in options["dynamic"];
+    fullgraph True: a graph break is a CompileError naming file:line and the reason;
+    options   backend options, e.g. {"fallback": "eager"}, {"cpu_backend": "triton"}.
+    """
+    _check_mode(mode)
+    settings = {"backend": backend, "mode": mode, "dynamic": dynamic, "fullgraph": fullgraph, "options": options}
+    if model_or_fn is None:  # @ember.compile(...) with arguments
+        return lambda target: compile(target, **settings)
+    if isinstance(model_or_fn, CompiledModule):
+        model_or_fn = model_or_fn._orig_mod  # compiling twice compiles the original once
+    elif hasattr(model_or_fn, "_ember_captured"):
+        model_or_fn = model_or_fn._orig_fn
+    if isinstance(model_or_fn, nn.Module):
+        return CompiledModule(model_or_fn, capture_function(model_or_fn, **settings))
+    if not callable(model_or_fn):
+        raise TypeError(f"ember.compile expects a function or nn.Module, got {type(model_or_fn).__name__}")
+    captured = capture_function(model_or_fn, **settings)
+
+    @functools.wraps(model_or_fn)
+    def compiled_function(*args: Any, **kwargs: Any) -> Any:
+        return captured(*args, **kwargs)
+
+    compiled_function._ember_captured = captured  # type: ignore[attr-defined]
+    compiled_function._orig_fn = model_or_fn  # type: ignore[attr-defined]
+    return compiled_function
+
+
+# ------------------------------------------------------------------ module wrapper
+# Attributes that live on the wrapper itself; every other setattr goes to the original.
+_WRAPPER_ATTRS = frozenset({"_orig_mod", "_ember_captured"})
+
+
+class CompiledModule(nn.Module):
+    """An nn.Module whose forward is the compiled ``Module.__call__`` of the original.
+
+    It shares the original's parameter, buffer and submodule dicts, so
+    ``parameters()``, ``state_dict()`` (same keys, no prefix), ``load_state_dict``,
+    ``to()``, ``zero_grad()`` and gradients all act on the original module's
+    tensors.  ``train()/eval()`` and ``.training`` act on the original; unknown
+    attributes are read from and written to the original.  Hooks registered on
+    the original run inside the compiled call (capture inlines them).
+    """
+
+    def __init__(self, module: nn.Module, captured: Any) -> None:
+        super().__init__()
+        object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_ember_captured", captured)
+        # Shared, not copied: what nn.Module's own methods walk is the original's state.
+        for name in ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules"):
+            object.__setattr__(self, name, getattr(module, name))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._ember_captured(*args, **kwargs)
+
+    # .training is the original's (capture guards on it), never a stale copy
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        orig = self.__dict__.get("_orig_mod")
+        return orig.training if orig is not None else True
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        orig = self.__dict__.get("_orig_mod")
+        if orig is not None:  # nn.Module.__init__ sets training before _orig_mod exists
+            orig.training = mode
+
+    def train(self, mode: bool = True) -> CompiledModule:
+        self._orig_mod.train(mode)
+        return self
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> CompiledModule:
+        # to(), cuda(), half() ... run the original's own _apply (it may override it)
+        self._orig_mod._apply(fn, recurse)
+        return self
+
+    def apply(self, fn: Callable[[nn.Module], None]) -> CompiledModule:
+        self._orig_mod.apply(fn)
+        return self
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self._orig_mod.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        self._orig_mod._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self._orig_mod._load_from_state_dict(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _WRAPPER_ATTRS:
+            raise AttributeError(name)
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _WRAPPER_ATTRS:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._orig_mod, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(dir(self._orig_mod)))
+
+    def named_modules(self, memo: Any = None, prefix: str = "", remove_duplicate: bool = True
+                      ) -> Iterator[tuple[str, nn.Module]]:
+        # the original stands for itself: module names equal the original's
+        return self._orig_mod.named_modules(memo, prefix, remove_duplicate)
+
+    def __repr__(self) -> str:
+        inner = repr(self._orig_mod).replace("\n", "\n  ")
+        return f"CompiledModule(\n  {inner}\n)"
+
+
+# ------------------------------------------------------------------ process-wide
+def reset() -> None:
+    """Drop every compiled entry and cache: capture's, each compiled function's, the backend's."""
+    for captured in list(_live_captures):
+        captured.reset()
+    for module_name in ("ember.capture", "ember.backend", "ember.runtime"):
+        if importlib.util.find_spec(module_name) is None:
+            continue
+        module = importlib.import_module(module_name)
+        reset_module = getattr(module, "reset", None)
+        if callable(reset_module):
+            reset_module()
+
+
+def cudagraph_mark_step_begin() -> None:
+    """Mark the start of a new step for CUDA-graph memory reuse (no-op until reduce-overhead lands).
+
+    The bench harness calls it before every step of ``ember-ro``, as
+    ``torch.compiler.cudagraph_mark_step_begin`` for Inductor.
+    """
+    if importlib.util.find_spec("ember.runtime.cudagraphs") is None:
+        return
+    from ember.runtime import cudagraphs
+
+    mark = getattr(cudagraphs, "mark_step_begin", None)
+    if callable(mark):
+        mark()
+

@@ -1,0 +1,426 @@
+"""Python builtins and container methods evaluated on Values.
+
+Builtins with a handler here work on symbolic values (``len(x.shape)``,
+``isinstance(t, torch.Tensor)``, ``zip(self.layers, xs)``); others are called
+for real when every argument is a Python constant (``call_builtin_pure``).
+"""
+from __future__ import annotations
+
+import builtins
+import operator
+from typing import Any, Callable
+
+import torch
+
+from ..errors import Unsupported
+from . import tensor_ops
+from . import values as V
+from .operations import (get_item, get_iter, is_same, python_result, set_item, truthiness, unpack)
+
+
+def _constants(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value], what: str) -> tuple[list, dict]:
+    try:
+        return [a.as_python() for a in args], {k: v.as_python() for k, v in kwargs.items()}
+    except Unsupported:
+        raise tx.unsupported(f"{what} on symbolic values") from None
+
+
+def call_builtin_pure(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """Call fn for real on Python constants (math.*, str methods, torch.finfo ...)."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    python_args, python_kwargs = _constants(tx, args, kwargs, name)
+    try:
+        result = fn(*python_args, **python_kwargs)
+    except Exception as error:
+        raise tx.unsupported(f"{name} raised {type(error).__name__}: {error}") from None
+    return python_result(result)
+
+
+def operator_on_values(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    from . import operations
+    if fn is operator.getitem:
+        return get_item(tx, *args)
+    if fn is operator.setitem:
+        set_item(tx, *args)
+        return V.NONE
+    if fn is operator.not_:
+        return V.ConstantValue(not truthiness(tx, args[0]))
+    if fn is operator.truth:
+        return V.ConstantValue(truthiness(tx, args[0]))
+    if fn is operator.is_:
+        return V.ConstantValue(is_same(tx, *args))
+    if fn is operator.contains:
+        return V.ConstantValue(operations.contains(tx, args[0], args[1]))
+    for symbol, op in operations.BINARY_OPERATORS.items():
+        if op is fn:
+            return operations.binary_op(tx, symbol, *args)
+    for symbol, op in operations.COMPARE_OPERATORS.items():
+        if op is fn:
+            return operations.compare(tx, symbol, *args)
+    return call_builtin_pure(tx, fn, args, kwargs)
+
+
+# ---------------------------------------------------------------- builtins
+def _len(tx, args, kwargs):
+    (value,) = args
+    if isinstance(value, (V.TupleValue, V.ListValue, V.DictValue, V.SetValue)):
+        return V.ConstantValue(len(value.items))
+    if isinstance(value, V.TensorValue):
+        if not value.meta.shape:
+            raise tx.unsupported("len() of a 0-d tensor")
+        return V.ConstantValue(value.meta.shape[0])
+    if isinstance(value, V.ModuleValue):
+        from .modules import module_len
+        return V.ConstantValue(module_len(tx, value))
+    return call_builtin_pure(tx, len, args, kwargs)
+
+
+def _isinstance(tx, args, kwargs):
+    value, classes = args
+    classes = classes.as_python()
+    if isinstance(value, V.TensorValue):
+        return V.ConstantValue(issubclass(value.python_cls, classes))
+    if isinstance(value, V.ObjectValue):
+        return V.ConstantValue(isinstance(value.obj, classes))
+    if isinstance(value, V.FunctionValue):
+        import types
+        return V.ConstantValue(issubclass(types.FunctionType, classes))
+    return V.ConstantValue(issubclass(value.python_type(), classes))
+
+
+def _type(tx, args, kwargs):
+    if len(args) != 1:
+        raise tx.unsupported("type() with 3 arguments")
+    value = args[0]
+    if isinstance(value, V.ObjectValue):
+        return V.ObjectValue(type(value.obj))
+    return V.ObjectValue(value.python_type())
+
+
+def _range(tx, args, kwargs):
+    return V.ConstantValue(range(*_constants(tx, args, kwargs, "range")[0]))
+
+
+def _enumerate(tx, args, kwargs):
+    start = (args[1] if len(args) > 1 else kwargs.get("start", V.ConstantValue(0))).as_python()
+    return V.IteratorValue([V.TupleValue([V.ConstantValue(i + start), item])
+                            for i, item in enumerate(unpack(tx, args[0]))])
+
+
+def _zip(tx, args, kwargs):
+    if kwargs.get("strict") is not None and kwargs["strict"].as_python():
+        lists = [unpack(tx, a) for a in args]
+        if len({len(x) for x in lists}) > 1:
+            raise tx.unsupported("zip(strict=True) with different lengths")
+    columns = [unpack(tx, a) for a in args]
+    return V.IteratorValue([V.TupleValue(list(row)) for row in zip(*columns)])
+
+
+def _reversed(tx, args, kwargs):
+    return V.IteratorValue(list(reversed(unpack(tx, args[0]))))
+
+
+def _iter(tx, args, kwargs):
+    return get_iter(tx, args[0])
+
+
+def _next(tx, args, kwargs):
+    iterator = args[0]
+    if not isinstance(iterator, V.IteratorValue):
+        raise tx.unsupported(f"next() on {iterator.describe()}")
+    item = iterator.next_item()
+    if item is None:
+        if len(args) > 1:
+            return args[1]
+        raise tx.unsupported("next() on an exhausted iterator (StopIteration)")
+    return item
+
+
+def _list(tx, args, kwargs):
+    return V.ListValue(unpack(tx, args[0]) if args else [])
+
+
+def _tuple(tx, args, kwargs):
+    return V.TupleValue(unpack(tx, args[0]) if args else [])
+
+
+def _dict(tx, args, kwargs):
+    items: dict[Any, V.Value] = {}
+    if args:
+        source = args[0]
+        if isinstance(source, V.DictValue):
+            items.update(source.items)
+        else:
+            for pair in unpack(tx, source):
+                key, value = unpack(tx, pair)
+                items[key.as_python()] = value
+    items.update(kwargs)
+    return V.DictValue(items)
+
+
+def _set(tx, args, kwargs):
+    return V.SetValue([v.as_python() for v in unpack(tx, args[0])] if args else [])
+
+
+def _reduce_builtin(fn: Callable) -> Callable:
+    def handler(tx, args, kwargs):
+        if fn is sum:
+            items = unpack(tx, args[0])
+            start = args[1] if len(args) > 1 else kwargs.get("start", V.ConstantValue(0))
+            if tensor_ops.contains_tensor(items + [start]):
+                from .operations import binary_op
+                result = start
+                for item in items:
+                    result = binary_op(tx, "+", result, item)
+                return result
+            return python_result(sum([v.as_python() for v in items], start.as_python()))
+        items = unpack(tx, args[0]) if len(args) == 1 else list(args)
+        if tensor_ops.contains_tensor(items):
+            raise tx.unsupported(f"{fn.__name__}() over tensors is data-dependent", "use torch.maximum/minimum")
+        extra = {k: v.as_python() for k, v in kwargs.items()}
+        return python_result(fn([v.as_python() for v in items], **extra))
+    return handler
+
+
+def _abs(tx, args, kwargs):
+    if isinstance(args[0], V.TensorValue):
+        return tensor_ops.record_call(tx.session, torch.abs, args, {})
+    return call_builtin_pure(tx, abs, args, kwargs)
+
+
+def _pow(tx, args, kwargs):
+    if tensor_ops.contains_tensor(args):
+        return tensor_ops.record_call(tx.session, operator.pow, args[:2], {})
+    return call_builtin_pure(tx, pow, args, kwargs)
+
+
+def _numeric(kind: type) -> Callable:
+    def handler(tx, args, kwargs):
+        if args and isinstance(args[0], V.TensorValue):
+            raise tx.unsupported(f"{kind.__name__}(tensor) needs the tensor's data",
+                                 "keep the value as a tensor")
+        return call_builtin_pure(tx, kind, args, kwargs)
+    return handler
+
+
+def _bool(tx, args, kwargs):
+    return V.ConstantValue(truthiness(tx, args[0]) if args else False)
+
+
+def _getattr(tx, args, kwargs):
+    from .operations import get_attr
+    name = args[1].as_python()
+    if len(args) > 2:
+        try:
+            return get_attr(tx, args[0], name)
+        except Unsupported:
+            if _has_attr(tx, args[0], name):
+                raise
+            return args[2]
+    return get_attr(tx, args[0], name)
+
+
+def _has_attr(tx, value: V.Value, name: str) -> bool:
+    if isinstance(value, V.TensorValue):
+        return hasattr(torch.Tensor, name) or name in ("shape", "dtype", "device")
+    if isinstance(value, V.ObjectValue):
+        return hasattr(value.obj, name)
+    if isinstance(value, V.DataclassValue):
+        return name in value.fields or hasattr(value.cls, name)
+    return hasattr(value.python_type(), name)
+
+
+def _hasattr(tx, args, kwargs):
+    value, name = args[0], args[1].as_python()
+    if isinstance(value, (V.ModuleValue, V.UserObjectValue)):
+        pending = tx.session.pending_attr(value, name)
+        if pending is not None:
+            return V.ConstantValue(True)
+        present = hasattr(value.obj, name)
+        if value.source is not None:
+            tx.session.guards.add(value.source, "hasattr({v}, {name}) is {present}", name=name, present=present)
+        return V.ConstantValue(present)
+    return V.ConstantValue(_has_attr(tx, value, name))
+
+
+def _setattr(tx, args, kwargs):
+    from .operations import set_attr
+    set_attr(tx, args[0], args[1].as_python(), args[2])
+    return V.NONE
+
+
+def _callable(tx, args, kwargs):
+    value = args[0]
+    if isinstance(value, (V.FunctionValue, V.BoundMethodValue, V.ModuleValue, V.TensorMethodValue,
+                          V.ContainerMethodValue)):
+        return V.ConstantValue(True)
+    if isinstance(value, V.ObjectValue):
+        return V.ConstantValue(callable(value.obj))
+    return V.ConstantValue(False)
+
+
+def _super(tx, args, kwargs):
+    if args:
+        return V.SuperValue(args[0].as_python(), args[1])
+    cell = tx.cells.get("__class__")
+    if cell is None:
+        raise tx.unsupported("super() outside a method")
+    from .interpreter import RealCell
+    cls = cell.cell.cell_contents if isinstance(cell, RealCell) else cell.contents.as_python()
+    first = tx.code.co_varnames[0]
+    self_value = tx.locals.get(first)
+    if self_value is None and first in tx.cells:
+        self_value = tx.cells[first].contents
+    return V.SuperValue(cls, self_value)
+
+
+def _map(tx, args, kwargs):
+    from .calls import call
+    columns = [unpack(tx, a) for a in args[1:]]
+    return V.IteratorValue([call(tx, args[0], list(row), {}) for row in zip(*columns)])
+
+
+def _filter(tx, args, kwargs):
+    from .calls import call
+    items = unpack(tx, args[1])
+    if isinstance(args[0], V.ConstantValue) and args[0].value is None:
+        return V.IteratorValue([v for v in items if truthiness(tx, v)])
+    return V.IteratorValue([v for v in items if truthiness(tx, call(tx, args[0], [v], {}))])
+
+
+def _sorted(tx, args, kwargs):
+    if set(kwargs) - {"reverse"}:
+        raise tx.unsupported("sorted() with key=")
+    values = [v.as_python() for v in unpack(tx, args[0])]
+    return python_result(sorted(values, reverse=kwargs["reverse"].as_python() if kwargs else False))
+
+
+def _id(tx, args, kwargs):
+    raise tx.unsupported("id() inside a compiled function")
+
+
+BUILTIN_HANDLERS: dict[Any, Callable] = {
+    len: _len, isinstance: _isinstance, type: _type, range: _range, enumerate: _enumerate, zip: _zip,
+    reversed: _reversed, iter: _iter, next: _next, list: _list, tuple: _tuple, dict: _dict, set: _set,
+    frozenset: lambda tx, a, k: V.ConstantValue(frozenset(v.as_python() for v in unpack(tx, a[0]))),
+    min: _reduce_builtin(min), max: _reduce_builtin(max), sum: _reduce_builtin(sum),
+    any: lambda tx, a, k: V.ConstantValue(any(truthiness(tx, v) for v in unpack(tx, a[0]))),
+    all: lambda tx, a, k: V.ConstantValue(all(truthiness(tx, v) for v in unpack(tx, a[0]))),
+    abs: _abs, pow: _pow, int: _numeric(int), float: _numeric(float), complex: _numeric(complex), bool: _bool,
+    getattr: _getattr, hasattr: _hasattr, setattr: _setattr, callable: _callable, super: _super, map: _map,
+    filter: _filter, sorted: _sorted, id: _id,
+    issubclass: lambda tx, a, k: call_builtin_pure(tx, issubclass, a, k),
+}
+
+
+# ---------------------------------------------------------------- container methods
+def call_container_method(tx: Any, obj: V.Value, name: str, args: list[V.Value],
+                          kwargs: dict[str, V.Value]) -> V.Value:
+    if isinstance(obj, V.ListValue):
+        return _list_method(tx, obj, name, args, kwargs)
+    if isinstance(obj, V.DictValue):
+        return _dict_method(tx, obj, name, args, kwargs)
+    if isinstance(obj, V.TupleValue) and name in ("index", "count", "_asdict", "_replace"):
+        if name == "_asdict":
+            return V.DictValue(dict(zip(obj.fields, obj.items)))
+        if name == "_replace":
+            items = list(obj.items)
+            for key, value in kwargs.items():
+                items[obj.fields.index(key)] = value
+            return V.TupleValue(items, None, obj.cls)
+        return python_result(getattr(obj.as_python(), name)(*[a.as_python() for a in args]))
+    if isinstance(obj, V.SetValue):
+        if name in ("add", "discard", "update", "remove", "clear"):
+            if obj.source is not None:
+                raise tx.unsupported("mutating a set argument")
+            getattr(obj.items, name)(*[a.as_python() for a in args])
+            return V.NONE
+        return python_result(getattr(obj.items, name)(*[a.as_python() for a in args]))
+    if isinstance(obj, V.ConstantValue):
+        return call_builtin_pure(tx, getattr(obj.value, name), args, kwargs)
+    raise tx.unsupported(f"method {name} of {obj.describe()}")
+
+
+def _list_method(tx: Any, obj: V.ListValue, name: str, args: list[V.Value], kwargs: dict) -> V.Value:
+    items = obj.items
+    if name in ("append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort"):
+        obj.mutated = True
+    if name == "append":
+        items.append(args[0])
+    elif name == "extend":
+        items.extend(unpack(tx, args[0]))
+    elif name == "insert":
+        items.insert(args[0].as_python(), args[1])
+    elif name == "pop":
+        return items.pop(args[0].as_python() if args else -1)
+    elif name == "clear":
+        items.clear()
+    elif name == "reverse":
+        items.reverse()
+    elif name == "copy":
+        return V.ListValue(list(items))
+    elif name in ("index", "count", "remove", "sort"):
+        if name == "sort":
+            python = sorted((v.as_python() for v in items), reverse=kwargs.get("reverse", V.ConstantValue(
+                False)).as_python())
+            obj.items[:] = [python_result(v) for v in python]
+            return V.NONE
+        matches = [i for i, v in enumerate(items) if is_same(tx, v, args[0]) or (
+            v.is_python_constant() and args[0].is_python_constant() and v.as_python() == args[0].as_python())]
+        if name == "count":
+            return V.ConstantValue(len(matches))
+        if not matches:
+            raise tx.unsupported(f"list.{name}: value not in list")
+        if name == "index":
+            return V.ConstantValue(matches[0])
+        del items[matches[0]]
+    else:
+        raise tx.unsupported(f"list.{name}")
+    return V.NONE
+
+
+def _dict_method(tx: Any, obj: V.DictValue, name: str, args: list[V.Value], kwargs: dict) -> V.Value:
+    items = obj.items
+    keys = [a.as_python() for a in args[:1]]
+    if name == "keys":
+        return V.ListValue([python_result(k) for k in items])
+    if name == "values":
+        return V.ListValue(list(items.values()))
+    if name == "items":
+        return V.ListValue([V.TupleValue([python_result(k), v]) for k, v in items.items()])
+    if name == "get":
+        return items.get(keys[0], args[1] if len(args) > 1 else V.NONE)
+    if name == "copy":
+        return V.DictValue(dict(items), None, obj.cls)
+    obj.mutated = True
+    if name == "pop":
+        if keys[0] in items:
+            return items.pop(keys[0])
+        if len(args) > 1:
+            return args[1]
+        raise tx.unsupported(f"KeyError {keys[0]!r}")
+    if name == "setdefault":
+        return items.setdefault(keys[0], args[1] if len(args) > 1 else V.NONE)
+    if name == "update":
+        if args:
+            if isinstance(args[0], V.DictValue):
+                items.update(args[0].items)
+            else:
+                for pair in unpack(tx, args[0]):
+                    key, value = unpack(tx, pair)
+                    items[key.as_python()] = value
+        items.update(kwargs)
+        return V.NONE
+    if name == "clear":
+        items.clear()
+        return V.NONE
+    raise tx.unsupported(f"dict.{name}")
+
+
+def _pure(fn: Callable) -> Callable:
+    return lambda tx, args, kwargs: call_builtin_pure(tx, fn, args, kwargs)
+
+
+# builtins without side effects: evaluated for real on Python constants
+for _fn in (divmod, round, chr, ord, str, repr, format, hex, bin, oct, slice, ascii, hash, bytes):
+    BUILTIN_HANDLERS.setdefault(_fn, _pure(_fn))

@@ -1,0 +1,150 @@
+"""Guards: the conditions under which a captured graph may be reused.
+
+Capture adds checks while it interprets (``GuardSet.add``); at the end they are
+generated into ONE Python function per cache entry::
+
+    def guard(L, G):
+        try:
+            v0 = L['x']
+            if not (type(v0) is Tensor and v0.dtype is float32 ...): return 0
+            ...
+            return (v0, v3)          # the placeholder values, in order
+        except Exception:
+            return -1
+
+It returns the tuple of placeholder values when every check passes, or the
+index of the first failing check (``-1``: evaluating a source raised), which
+names the guard in the "recompiles" log.  Each source prefix is evaluated once.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from .sources import Source
+
+
+@dataclasses.dataclass
+class GuardCheck:
+    source: Source | None
+    template: str            # Python with {v} for the source value and {name} for consts
+    consts: dict[str, Any]
+    text: str                # readable form for logs and explain
+    other: Source | None = None  # a second source, {o} in the template (aliasing checks)
+
+
+class CodeNamespace:
+    """Binds constant objects to unique global names of the generated code."""
+
+    def __init__(self) -> None:
+        self.globals: dict[str, Any] = {"torch": torch}
+        self._names: dict[int, str] = {}
+
+    def bind(self, value: Any, hint: str) -> str:
+        key = id(value)
+        if key not in self._names:
+            base = "".join(c if c.isalnum() else "_" for c in hint).strip("_") or "c"
+            name = f"_{base}"
+            n = 0
+            while name in self.globals:
+                n += 1
+                name = f"_{base}_{n}"
+            self.globals[name] = value
+            self._names[key] = name
+        return self._names[key]
+
+
+def readable_const(value: Any) -> str:
+    if isinstance(value, type):
+        return value.__qualname__
+    if isinstance(value, (torch.dtype, torch.device)):
+        return repr(value) if isinstance(value, torch.device) else str(value)
+    return repr(value)
+
+
+class GuardSet:
+    def __init__(self) -> None:
+        self.checks: list[GuardCheck] = []
+        self._seen: set[str] = set()
+        # tensors that must be distinct objects (set when the graph writes to an input)
+        self.distinct_sources: list[Source] = []
+
+    def add(self, source: Source | None, template: str, other: Source | None = None, **consts: Any) -> None:
+        readable = {k: readable_const(v) for k, v in consts.items()}
+        text = template.format(v=source.name() if source is not None else "",
+                               o=other.name() if other is not None else "", **readable)
+        if text in self._seen:
+            return
+        self._seen.add(text)
+        self.checks.append(GuardCheck(source, template, consts, text, other))
+
+    def texts(self) -> list[str]:
+        texts = [c.text for c in self.checks]
+        if self.distinct_sources:
+            texts.append("no aliasing among " + ", ".join(s.name() for s in self.distinct_sources))
+        return texts
+
+    def build(self, fetch_sources: list[Source]) -> tuple[Callable, str]:
+        """Generate the guard-and-fetch function; returns (function, source text)."""
+        namespace = CodeNamespace()
+        lines = ["def guard(L, G):", "    try:"]
+        temps: dict[str, str] = {}
+
+        def temp_for(source: Source) -> str:
+            key = source.key()
+            if key not in temps:
+                parent = temp_for(source.parent) if source.parent is not None else ""
+                name = f"v{len(temps)}"
+                lines.append(f"        {name} = {source.access(parent, namespace)}")
+                temps[key] = name
+            return temps[key]
+
+        for index, check in enumerate(self.checks):
+            value = temp_for(check.source) if check.source is not None else ""
+            other = temp_for(check.other) if check.other is not None else ""
+            bound = {k: namespace.bind(v, f"{k}") for k, v in check.consts.items()}
+            condition = check.template.format(v=value, o=other, **bound)
+            lines.append(f"        if not ({condition}): return {index}")
+        fetched = [temp_for(s) for s in fetch_sources]
+        if self.distinct_sources:
+            ids = ", ".join(f"id({temp_for(s)})" for s in self.distinct_sources)
+            lines.append(f"        if len({{{ids}}}) != {len(self.distinct_sources)}: return {len(self.checks)}")
+        lines.append(f"        return ({''.join(f + ', ' for f in fetched)})")
+        lines.append("    except Exception:")
+        lines.append("        return -1")
+        text = "\n".join(lines) + "\n"
+        exec(compile(text, "<ember guard>", "exec"), namespace.globals)
+        fn = namespace.globals["guard"]
+        fn.__ember_source__ = text
+        return fn, text
+
+
+def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor) -> None:
+    """dtype, device, sizes, strides, requires_grad and exact type (dispatch)."""
+    device = tensor.device
+    # `.is_cpu` costs a third of `.device == cpu`; guards run on every call
+    if device.type == "cpu":
+        device_check, consts = "{v}.is_cpu", {}
+    elif device.type == "cuda":
+        device_check, consts = "{v}.is_cuda and {v}.get_device() == {index}", {"index": device.index}
+    else:
+        device_check, consts = "{v}.device == {device}", {"device": device}
+    guards.add(
+        source,
+        "type({v}) is {cls} and {v}.dtype is {dtype} and " + device_check +
+        " and {v}.size() == {size} and {v}.stride() == {stride}"
+        " and {v}.requires_grad is {requires_grad}",
+        cls=type(tensor), dtype=tensor.dtype, size=tuple(tensor.shape),
+        stride=tuple(tensor.stride()), requires_grad=bool(tensor.requires_grad), **consts)
+
+
+def add_value_guard(guards: GuardSet, source: Source, value: Any) -> None:
+    """Exact type and value of a Python scalar/str/None that the trace depends on."""
+    if value is None or isinstance(value, bool) or value is Ellipsis:
+        guards.add(source, "{v} is {value}", value=value)
+    elif isinstance(value, float) and value != value:
+        guards.add(source, "type({v}) is float and {v} != {v}")
+    else:
+        guards.add(source, "type({v}) is {cls} and {v} == {value}", cls=type(value), value=value)

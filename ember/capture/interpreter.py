@@ -1,0 +1,523 @@
+"""The symbolic stack machine over CPython 3.11 / 3.12 bytecode.
+
+``InstructionTranslator`` runs one code object (the root frame or an inlined
+function) over Values instead of objects: it owns the value stack, the locals
+and the cells, and the control flow.  What an operation *means* (calling,
+attribute access, operators) lives in ``operations.py``; this file only moves
+Values between the stack and the frame.
+
+Branches are decided on Python values (constants, tensor metadata); a branch on
+a tensor raises Unsupported.  Loops are unrolled by simply executing them.
+
+Graph breaks later: every Unsupported is raised with ``tx.instruction_offset``
+and the frame state intact, which is what a "compile prefix, run the construct,
+continue in a generated continuation" scheme needs to resume from.
+"""
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from typing import Any
+
+from ..errors import Unsupported
+from . import calls
+from . import operations as ops
+from . import values as V
+from .sources import cell_source, global_source
+
+PY312 = sys.version_info >= (3, 12)
+MAX_INLINE_DEPTH = 48
+
+CO_VARARGS = 0x04
+CO_VARKEYWORDS = 0x08
+CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
+
+_BINARY_OPS = {name: i for i, (_, name) in enumerate(getattr(dis, "_nb_ops", []))}
+
+
+class RealCell:
+    """A closure cell of a real function: read through a guarded source."""
+
+    def __init__(self, cell: Any, name: str) -> None:
+        self.cell = cell
+        self.name = name
+
+
+class ReturnSignal(Exception):
+    pass
+
+
+class InstructionTranslator:
+    def __init__(self, session: Any, code: types.CodeType, globals_dict: dict, local_values: dict[str, V.Value],
+                 cells: dict[str, Any], depth: int = 0, function_name: str = "") -> None:
+        # generator expressions are run to completion (they are pure); other generators break
+        self.yields: list[V.Value] | None = [] if code.co_name == "<genexpr>" else None
+        if code.co_flags & CO_GENERATOR_LIKE and self.yields is None:
+            raise Unsupported(f"generator or coroutine {code.co_name}()", session.current_line(),
+                              "use a list instead of yield")
+        if depth > MAX_INLINE_DEPTH:
+            raise Unsupported("inlining too deep (recursion?)", session.current_line())
+        self.session = session
+        self.code = code
+        self.globals = globals_dict
+        self.locals = local_values
+        self.cells = cells
+        self.depth = depth
+        self.function_name = function_name or code.co_name
+        self.instructions = list(dis.get_instructions(code))
+        self.index_of_offset = {inst.offset: i for i, inst in enumerate(self.instructions)}
+        self.stack: list[V.Value] = []
+        self.kw_names: tuple[str, ...] = ()
+        self.lineno = code.co_firstlineno
+        self.instruction_offset = 0
+        self.active_contexts: list[V.GradModeValue] = []
+
+    # ------------------------------------------------------------ helpers
+    def location(self) -> str:
+        return f"{self.code.co_filename}:{self.lineno}"
+
+    def push(self, value: V.Value) -> None:
+        self.stack.append(value)
+
+    def pop(self) -> V.Value:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[V.Value]:
+        if n == 0:
+            return []
+        values = self.stack[-n:]
+        del self.stack[-n:]
+        return values
+
+    def unsupported(self, reason: str, hint: str = "") -> Unsupported:
+        return Unsupported(reason, self.session.current_line(), hint)
+
+    # ------------------------------------------------------------ main loop
+    def run(self) -> V.Value:
+        self.session.line_stack.append(self)
+        try:
+            index = 0
+            while True:
+                inst = self.instructions[index]
+                self.instruction_offset = inst.offset
+                if inst.positions is not None and inst.positions.lineno is not None:
+                    self.lineno = inst.positions.lineno
+                elif inst.starts_line:
+                    self.lineno = inst.starts_line
+                handler = getattr(self, inst.opname, None)
+                if handler is None:
+                    raise self.unsupported(f"bytecode {inst.opname} is not supported by capture")
+                try:
+                    jump = handler(inst)
+                except ReturnSignal:
+                    if self.yields is not None and self.code.co_flags & CO_GENERATOR_LIKE:
+                        return V.IteratorValue(self.yields)
+                    return self.return_value
+                except Unsupported as error:
+                    if not error.source_line:
+                        error.source_line = self.session.current_line()
+                    raise
+                index = self.index_of_offset[jump] if jump is not None else index + 1
+        finally:
+            self.session.line_stack.pop()
+            for context in reversed(self.active_contexts):  # an exit we never reached (break)
+                ops.exit_grad_mode(self, context)
+
+    def jump_target(self, inst: dis.Instruction) -> int:
+        return inst.argval
+
+    # ------------------------------------------------------------ no-ops
+    def NOP(self, inst): pass
+    RESUME = EXTENDED_ARG = CACHE = PRECALL = COPY_FREE_VARS = NOP
+
+    def KW_NAMES(self, inst):
+        self.kw_names = self.code.co_consts[inst.arg]
+
+    # ------------------------------------------------------------ stack
+    def POP_TOP(self, inst): self.pop()
+    def PUSH_NULL(self, inst): self.push(V.NULL)
+
+    def COPY(self, inst): self.push(self.stack[-inst.arg])
+
+    def SWAP(self, inst):
+        self.stack[-1], self.stack[-inst.arg] = self.stack[-inst.arg], self.stack[-1]
+
+    def END_FOR(self, inst): self.popn(2)
+
+    # ------------------------------------------------------------ constants and locals
+    def LOAD_CONST(self, inst):
+        self.push(ops.constant_value(self, inst.argval))
+
+    def RETURN_CONST(self, inst):
+        self.return_value = ops.constant_value(self, inst.argval)
+        raise ReturnSignal
+
+    def RETURN_VALUE(self, inst):
+        self.return_value = self.pop()
+        raise ReturnSignal
+
+    def LOAD_FAST(self, inst):
+        if inst.argval not in self.locals:
+            raise self.unsupported(f"local variable {inst.argval!r} referenced before assignment")
+        self.push(self.locals[inst.argval])
+    LOAD_FAST_CHECK = LOAD_FAST
+
+    def LOAD_FAST_AND_CLEAR(self, inst):
+        self.push(self.locals.pop(inst.argval, V.NULL))
+
+    def STORE_FAST(self, inst):
+        value = self.pop()
+        if value is V.NULL:  # restoring a comprehension variable that was unset (3.12)
+            self.locals.pop(inst.argval, None)
+        else:
+            self.locals[inst.argval] = value
+
+    def DELETE_FAST(self, inst): self.locals.pop(inst.argval, None)
+
+    def MAKE_CELL(self, inst):
+        self.cells[inst.argval] = V.CellValue(self.locals.pop(inst.argval, None))
+
+    def LOAD_CLOSURE(self, inst):
+        self.push(self.cells[inst.argval])
+
+    def LOAD_DEREF(self, inst):
+        cell = self.cells[inst.argval]
+        if isinstance(cell, RealCell):
+            try:
+                contents = cell.cell.cell_contents
+            except ValueError:
+                raise self.unsupported(f"free variable {inst.argval!r} is empty") from None
+            self.push(self.session.wrap(contents, cell_source(cell.cell, cell.name)))
+        else:
+            if cell.contents is None:
+                raise self.unsupported(f"free variable {inst.argval!r} referenced before assignment")
+            self.push(cell.contents)
+
+    def STORE_DEREF(self, inst):
+        cell = self.cells[inst.argval]
+        if isinstance(cell, RealCell):
+            raise self.unsupported(f"assigning to nonlocal {inst.argval!r} of a function outside the trace")
+        cell.contents = self.pop()
+
+    def LOAD_GLOBAL(self, inst):
+        if inst.arg & 1:  # 3.11 and 3.12: NULL goes below the global
+            self.push(V.NULL)
+        name = inst.argval
+        if name in self.globals:
+            source = global_source(name, self.globals, self.session.root_globals)
+            value = self.session.wrap(self.globals[name], source)
+        else:
+            import builtins
+            builtins_dict = self.globals.get("__builtins__", builtins)
+            if isinstance(builtins_dict, types.ModuleType):
+                builtins_dict = builtins_dict.__dict__
+            if name not in builtins_dict:
+                raise self.unsupported(f"name {name!r} is not defined")
+            value = V.ObjectValue(builtins_dict[name])
+        self.push(value)
+
+    def STORE_GLOBAL(self, inst):
+        raise self.unsupported(f"assigning global {inst.argval!r} inside a compiled function")
+
+    def IMPORT_NAME(self, inst):
+        fromlist = self.pop().as_python()
+        level = self.pop().as_python()
+        module = __import__(inst.argval, self.globals, None, fromlist, level)
+        self.push(V.ObjectValue(module))
+
+    def IMPORT_FROM(self, inst):
+        self.push(ops.get_attr(self, self.stack[-1], inst.argval))
+
+    # ------------------------------------------------------------ attributes
+    def LOAD_ATTR(self, inst):
+        obj = self.pop()
+        if PY312 and inst.arg & 1:
+            self.push(V.NULL)
+        self.push(ops.get_attr(self, obj, inst.argval))
+
+    def LOAD_METHOD(self, inst):
+        obj = self.pop()
+        self.push(V.NULL)
+        self.push(ops.get_attr(self, obj, inst.argval))
+
+    def LOAD_SUPER_ATTR(self, inst):
+        self_value = self.pop()
+        cls = self.pop().as_python()
+        self.pop()  # the global `super`
+        value = ops.get_attr(self, V.SuperValue(cls, self_value), inst.argval)
+        if inst.arg & 1:
+            self.push(V.NULL)
+        self.push(value)
+
+    def STORE_ATTR(self, inst):
+        obj = self.pop()
+        value = self.pop()
+        ops.set_attr(self, obj, inst.argval, value)
+
+    def DELETE_ATTR(self, inst):
+        raise self.unsupported("del of an attribute")
+
+    # ------------------------------------------------------------ operators
+    def BINARY_OP(self, inst):
+        right = self.pop()
+        left = self.pop()
+        self.push(ops.binary_op(self, inst.argrepr, left, right))
+
+    def UNARY_NEGATIVE(self, inst): self.push(ops.unary_op(self, "neg", self.pop()))
+    def UNARY_POSITIVE(self, inst): self.push(ops.unary_op(self, "pos", self.pop()))
+    def UNARY_INVERT(self, inst): self.push(ops.unary_op(self, "invert", self.pop()))
+
+    def UNARY_NOT(self, inst):
+        self.push(V.ConstantValue(not ops.truthiness(self, self.pop())))
+
+    def COMPARE_OP(self, inst):
+        right = self.pop()
+        left = self.pop()
+        self.push(ops.compare(self, inst.argval, left, right))
+
+    def IS_OP(self, inst):
+        right = self.pop()
+        left = self.pop()
+        same = ops.is_same(self, left, right)
+        self.push(V.ConstantValue(same != bool(inst.arg)))
+
+    def CONTAINS_OP(self, inst):
+        container = self.pop()
+        item = self.pop()
+        found = ops.contains(self, container, item)
+        self.push(V.ConstantValue(found != bool(inst.arg)))
+
+    def BINARY_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        self.push(ops.get_item(self, obj, index))
+
+    def STORE_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        ops.set_item(self, obj, index, value)
+
+    def DELETE_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        ops.delete_item(self, obj, index)
+
+    def BINARY_SLICE(self, inst):
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        self.push(ops.get_item(self, obj, ops.make_slice([start, stop])))
+
+    def STORE_SLICE(self, inst):
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        ops.set_item(self, obj, ops.make_slice([start, stop]), value)
+
+    def BUILD_SLICE(self, inst):
+        self.push(ops.make_slice(self.popn(inst.arg)))
+
+    # ------------------------------------------------------------ containers
+    def BUILD_TUPLE(self, inst): self.push(V.TupleValue(self.popn(inst.arg)))
+    def BUILD_LIST(self, inst): self.push(V.ListValue(self.popn(inst.arg)))
+
+    def BUILD_SET(self, inst):
+        self.push(V.SetValue([v.as_python() for v in self.popn(inst.arg)]))
+
+    def BUILD_MAP(self, inst):
+        items = self.popn(2 * inst.arg)
+        self.push(V.DictValue({items[i].as_python(): items[i + 1] for i in range(0, len(items), 2)}))
+
+    def BUILD_CONST_KEY_MAP(self, inst):
+        keys = self.pop().as_python()
+        values = self.popn(inst.arg)
+        self.push(V.DictValue(dict(zip(keys, values))))
+
+    def BUILD_STRING(self, inst):
+        self.push(V.ConstantValue("".join(v.as_python() for v in self.popn(inst.arg))))
+
+    def LIST_APPEND(self, inst):
+        value = self.pop()
+        ops.list_target(self, self.stack[-inst.arg]).items.append(value)
+
+    def SET_ADD(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].items.add(value.as_python())
+
+    def MAP_ADD(self, inst):
+        value = self.pop()
+        key = self.pop()
+        self.stack[-inst.arg].items[key.as_python()] = value
+
+    def LIST_EXTEND(self, inst):
+        values = ops.unpack(self, self.pop())
+        ops.list_target(self, self.stack[-inst.arg]).items.extend(values)
+
+    def SET_UPDATE(self, inst):
+        values = ops.unpack(self, self.pop())
+        self.stack[-inst.arg].items.update(v.as_python() for v in values)
+
+    def DICT_UPDATE(self, inst):
+        other = self.pop()
+        if not isinstance(other, V.DictValue):
+            raise self.unsupported(f"dict.update with {other.describe()}")
+        self.stack[-inst.arg].items.update(other.items)
+    DICT_MERGE = DICT_UPDATE
+
+    def LIST_TO_TUPLE(self, inst):
+        self.push(V.TupleValue(self.pop().items))
+
+    def CALL_INTRINSIC_1(self, inst):
+        name = inst.argrepr
+        if name == "INTRINSIC_LIST_TO_TUPLE":
+            self.push(V.TupleValue(self.pop().items))
+        elif name == "INTRINSIC_UNARY_POSITIVE":
+            self.push(ops.unary_op(self, "pos", self.pop()))
+        else:
+            raise self.unsupported(f"{name}")
+
+    def UNPACK_SEQUENCE(self, inst):
+        items = ops.unpack(self, self.pop())
+        if len(items) != inst.arg:
+            raise self.unsupported(f"unpacking {len(items)} values into {inst.arg}")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst):
+        items = ops.unpack(self, self.pop())
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        if len(items) < before + after:
+            raise self.unsupported("not enough values to unpack")
+        middle = V.ListValue(items[before:len(items) - after])
+        for item in reversed(items[len(items) - after:]):
+            self.push(item)
+        self.push(middle)
+        for item in reversed(items[:before]):
+            self.push(item)
+
+    def FORMAT_VALUE(self, inst):
+        spec = self.pop().as_python() if inst.arg & 0x04 else ""
+        value = self.pop()
+        conversion = {0: None, 1: str, 2: repr, 3: ascii}[inst.arg & 0x03]
+        python = ops.format_python_value(self, value)
+        if conversion is not None:
+            python = conversion(python)
+        self.push(V.ConstantValue(format(python, spec)))
+
+    # ------------------------------------------------------------ control flow
+    def JUMP_FORWARD(self, inst): return inst.argval
+    JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP = JUMP_NO_INTERRUPT = JUMP_FORWARD
+
+    def _pop_jump_if(self, inst, want: bool):
+        if ops.truthiness(self, self.pop()) == want:
+            return inst.argval
+        return None
+
+    def POP_JUMP_IF_TRUE(self, inst): return self._pop_jump_if(inst, True)
+    def POP_JUMP_IF_FALSE(self, inst): return self._pop_jump_if(inst, False)
+    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_IF_TRUE
+    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_IF_FALSE
+
+    def POP_JUMP_IF_NONE(self, inst):
+        return inst.argval if ops.is_none(self, self.pop()) else None
+
+    def POP_JUMP_IF_NOT_NONE(self, inst):
+        return None if ops.is_none(self, self.pop()) else inst.argval
+    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_IF_NONE
+    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
+
+    def JUMP_IF_TRUE_OR_POP(self, inst):
+        if ops.truthiness(self, self.stack[-1]):
+            return inst.argval
+        self.pop()
+        return None
+
+    def JUMP_IF_FALSE_OR_POP(self, inst):
+        if not ops.truthiness(self, self.stack[-1]):
+            return inst.argval
+        self.pop()
+        return None
+
+    def GET_ITER(self, inst):
+        self.push(ops.get_iter(self, self.pop()))
+
+    def FOR_ITER(self, inst):
+        iterator = self.stack[-1]
+        if not isinstance(iterator, V.IteratorValue):
+            raise self.unsupported(f"iterating over {iterator.describe()}")
+        item = iterator.next_item()
+        if item is not None:
+            self.push(item)
+            return None
+        self.pop()
+        target = inst.argval
+        target_inst = self.instructions[self.index_of_offset[target]]
+        if target_inst.opname == "END_FOR":  # 3.12: exhaustion skips END_FOR
+            return self.instructions[self.index_of_offset[target] + 1].offset
+        return target
+
+    def RETURN_GENERATOR(self, inst):
+        self.push(V.NONE)  # popped by the POP_TOP that follows
+
+    def YIELD_VALUE(self, inst):
+        self.yields.append(self.pop())
+        self.push(V.NONE)  # the value sent in
+
+    def RAISE_VARARGS(self, inst):
+        raise self.unsupported("raise inside a compiled function", "the exception is raised when run eagerly")
+
+    def LOAD_ASSERTION_ERROR(self, inst):
+        raise self.unsupported("assert that fails during capture")
+
+    # ------------------------------------------------------------ with blocks (grad mode only)
+    def BEFORE_WITH(self, inst):
+        manager = self.pop()
+        if not isinstance(manager, V.GradModeValue):
+            raise self.unsupported(f"with-block on {manager.describe()}",
+                                   "only torch.no_grad/enable_grad/set_grad_enabled are captured")
+        ops.enter_grad_mode(self, manager)
+        self.active_contexts.append(manager)
+        self.push(V.ContextExitValue(manager))
+        self.push(V.NONE)
+
+    # ------------------------------------------------------------ calls
+    def CALL(self, inst):
+        kw_names, self.kw_names = self.kw_names, ()
+        values = self.popn(inst.arg)
+        callable_or_self = self.pop()
+        below = self.pop()
+        if below is V.NULL:
+            callee, args = callable_or_self, values
+        else:
+            callee, args = below, [callable_or_self] + values
+        kwargs = {}
+        if kw_names:
+            kwargs = dict(zip(kw_names, args[len(args) - len(kw_names):]))
+            args = args[:len(args) - len(kw_names)]
+        self.push(calls.call(self, callee, list(args), kwargs))
+
+    def CALL_FUNCTION_EX(self, inst):
+        kwargs_value = self.pop() if inst.arg & 1 else None
+        args_value = self.pop()
+        callee = self.pop()
+        if self.stack and self.stack[-1] is V.NULL:
+            self.pop()
+        args = ops.unpack(self, args_value)
+        kwargs = {}
+        if kwargs_value is not None:
+            if not isinstance(kwargs_value, V.DictValue):
+                raise self.unsupported(f"**kwargs of {kwargs_value.describe()}")
+            kwargs = dict(kwargs_value.items)
+        self.push(calls.call(self, callee, list(args), kwargs))
+
+    def MAKE_FUNCTION(self, inst):
+        code = self.pop().as_python()
+        closure = self.pop().items if inst.arg & 0x08 else ()
+        if inst.arg & 0x04:
+            self.pop()  # annotations
+        kwdefaults = self.pop().items if inst.arg & 0x02 else {}
+        defaults = tuple(self.pop().items) if inst.arg & 0x01 else ()
+        self.push(V.FunctionValue(code, self.globals, code.co_name, defaults, kwdefaults, tuple(closure)))

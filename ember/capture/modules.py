@@ -1,0 +1,160 @@
+"""nn.Module semantics: attribute lookup, containers and ``Module.__call__``.
+
+A module is guarded by identity and ``.training`` when first wrapped.  Its
+parameters and buffers become placeholders through their sources
+(``L['self'].fc.weight``); submodules are ModuleValues; Python attributes are
+guarded by value.  Calling a module runs the forward pre-hooks, inlines
+``forward`` and runs the forward hooks, as ``Module.__call__`` does; the hook
+dicts are guarded so that adding a hook later recompiles.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import values as V
+from .sources import AttrSource, ItemSource
+
+_module_module = inspect.getmodule(nn.Module)
+_GLOBAL_HOOK_NAMES = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
+                      "_global_backward_pre_hooks")
+
+
+def module_get_attr(tx: Any, value: V.ModuleValue, name: str) -> V.Value:
+    session = tx.session
+    module = value.obj
+    pending = session.pending_attr(value, name)
+    if pending is not None:
+        return pending
+    if name == "training":  # guarded when the module was wrapped
+        return V.ConstantValue(module.training)
+    try:
+        static = inspect.getattr_static(type(module), name)
+    except AttributeError:
+        static = None
+    instance_dict = module.__dict__
+    if isinstance(static, property):
+        from .calls import call
+        return call(tx, V.ObjectValue(static.fget), [value], {})
+    if isinstance(static, types.FunctionType) and name not in instance_dict:
+        return V.BoundMethodValue(V.ObjectValue(static), value)
+    if isinstance(static, staticmethod):
+        return V.ObjectValue(static.__func__)
+    if isinstance(static, classmethod):
+        return V.BoundMethodValue(V.ObjectValue(static.__func__), V.ObjectValue(type(module)))
+    for store in ("_parameters", "_buffers", "_modules"):
+        if name in instance_dict.get(store, {}):
+            return _wrap_attr(tx, value, name, instance_dict[store][name])
+    if name in instance_dict:
+        return _wrap_attr(tx, value, name, instance_dict[name])
+    if static is not None:
+        return _wrap_attr(tx, value, name, getattr(module, name))
+    raise tx.unsupported(f"{type(module).__name__} has no attribute {name!r}")
+
+
+def _wrap_attr(tx: Any, value: V.ModuleValue, name: str, attr: Any) -> V.Value:
+    if value.source is None:
+        raise tx.unsupported("attribute of a module without a source")
+    return tx.session.wrap(attr, AttrSource(value.source, name))
+
+
+def _guard_length(tx: Any, value: V.ModuleValue) -> int:
+    length = len(value.obj)
+    tx.session.guards.add(value.source, "len({v}) == {n}", n=length)
+    return length
+
+
+def module_len(tx: Any, value: V.ModuleValue) -> int:
+    if not hasattr(type(value.obj), "__len__"):
+        raise tx.unsupported(f"len() of {type(value.obj).__name__}")
+    return _guard_length(tx, value)
+
+
+def module_iter(tx: Any, value: V.ModuleValue) -> list[V.Value]:
+    module = value.obj
+    if isinstance(module, (nn.ModuleList, nn.Sequential, nn.ParameterList)):
+        length = _guard_length(tx, value)
+        return [module_get_item(tx, value, i) for i in range(length)]
+    if isinstance(module, (nn.ModuleDict, nn.ParameterDict)):
+        tx.session.guards.add(value.source, "list({v}.keys()) == {keys}", keys=list(module.keys()))
+        return [V.ConstantValue(k) for k in module.keys()]
+    raise tx.unsupported(f"iterating over {type(module).__name__}")
+
+
+def module_get_item(tx: Any, value: V.ModuleValue, index: Any) -> V.Value:
+    module = value.obj
+    if isinstance(index, slice):
+        length = _guard_length(tx, value)
+        return V.ListValue([module_get_item(tx, value, i) for i in range(length)[index]])
+    if isinstance(module, (nn.ModuleList, nn.Sequential, nn.ParameterList)) and isinstance(index, int):
+        length = _guard_length(tx, value)
+        if not -length <= index < length:
+            raise tx.unsupported(f"index {index} out of range for {type(module).__name__}")
+        index = index % length
+    elif not isinstance(module, (nn.ModuleDict, nn.ParameterDict)):
+        raise tx.unsupported(f"indexing {type(module).__name__}")
+    try:
+        item = module[index]
+    except (KeyError, IndexError) as error:
+        raise tx.unsupported(f"indexing {type(module).__name__}: {error!r}") from None
+    return tx.session.wrap(item, ItemSource(value.source, index))
+
+
+# ---------------------------------------------------------------- calling
+def _guard_hooks(tx: Any, value: V.ModuleValue) -> None:
+    session = tx.session
+    module = value.obj
+    global_hooks = [getattr(_module_module, n, {}) for n in _GLOBAL_HOOK_NAMES]
+    if any(global_hooks):
+        raise tx.unsupported("global nn.Module hooks are registered")
+    session.guards.add(None, " and ".join(f"not {{m}}.{n}" for n in _GLOBAL_HOOK_NAMES), m=_module_module)
+    if module._backward_hooks or module._backward_pre_hooks:
+        raise tx.unsupported(f"backward hooks on {type(module).__name__}")
+    dict_names = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
+    empty = [n for n in dict_names if not getattr(module, n)]
+    if empty:
+        session.guards.add(value.source, " and ".join(f"not {{v}}.{n}" for n in empty))
+    for name in dict_names:
+        hooks = getattr(module, name)
+        if hooks:
+            session.guards.add(value.source, f"list({{v}}.{name}.values()) == {{hooks}}", hooks=list(hooks.values()))
+
+
+def call_module(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    from .calls import call
+    module = value.obj
+    if value.source is None:
+        raise tx.unsupported("calling a module without a source")
+    call_method = type(module).__call__
+    if call_method is not nn.Module.__call__:
+        if isinstance(call_method, types.FunctionType):
+            return call(tx, V.ObjectValue(call_method), [value] + args, kwargs)
+        raise tx.unsupported(f"{type(module).__name__}.__call__ is not Python code")
+    _guard_hooks(tx, value)
+    for hook_id, hook in module._forward_pre_hooks.items():
+        with_kwargs = hook_id in module._forward_pre_hooks_with_kwargs
+        hook_args = [value, V.TupleValue(args)] + ([V.DictValue(kwargs)] if with_kwargs else [])
+        result = call(tx, V.ObjectValue(hook), hook_args, {})
+        if not (isinstance(result, V.ConstantValue) and result.value is None):
+            if with_kwargs:
+                new_args, new_kwargs = result.items
+                args, kwargs = list(new_args.items), dict(new_kwargs.items)
+            else:
+                args = list(result.items) if isinstance(result, V.TupleValue) else [result]
+    forward = module_get_attr(tx, value, "forward")
+    output = call(tx, forward, args, kwargs)
+    for hook_id, hook in module._forward_hooks.items():
+        with_kwargs = hook_id in module._forward_hooks_with_kwargs
+        hook_args = [value, V.TupleValue(args)] + ([V.DictValue(kwargs)] if with_kwargs else []) + [output]
+        result = call(tx, V.ObjectValue(hook), hook_args, {})
+        if not (isinstance(result, V.ConstantValue) and result.value is None):
+            output = result
+    return output
+
+
+def is_module(obj: Any) -> bool:
+    return isinstance(obj, torch.nn.Module)

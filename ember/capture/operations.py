@@ -1,0 +1,424 @@
+"""What operations mean on Values: attributes, items, operators, iteration, truth.
+
+The interpreter calls these with the translator ``tx`` (for the session, the
+current line and inlining).  Python values known exactly are computed with
+Python itself; tensors are recorded through ``tensor_ops``; anything else is
+Unsupported with a reason.
+"""
+from __future__ import annotations
+
+import inspect
+import operator
+import types
+from typing import Any
+
+import torch
+
+from ..errors import Unsupported
+from . import tensor_ops
+from . import values as V
+from .sources import AttrSource, ItemSource
+
+BINARY_OPERATORS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "**": operator.pow, "@": operator.matmul, "&": operator.and_, "|": operator.or_,
+    "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift,
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
+    "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+}
+COMPARE_OPERATORS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+                     ">": operator.gt, ">=": operator.ge}
+UNARY_OPERATORS = {"neg": operator.neg, "pos": operator.pos, "invert": operator.invert}
+
+
+def constant_value(tx: Any, value: Any) -> V.Value:
+    if type(value) is tuple:
+        return V.TupleValue([constant_value(tx, v) for v in value])
+    if isinstance(value, frozenset):
+        return V.ConstantValue(value)
+    return V.ConstantValue(value)  # code objects too: immutable
+
+
+def python_result(value: Any) -> V.Value:
+    """Wrap the result of a Python computation on constants (no source, no guard)."""
+    if type(value) is tuple:
+        return V.TupleValue([python_result(v) for v in value])
+    if type(value) is list:
+        return V.ListValue([python_result(v) for v in value])
+    if type(value) is dict:
+        return V.DictValue({k: python_result(v) for k, v in value.items()})
+    if isinstance(value, torch.Tensor):
+        raise Unsupported("a Python computation produced a tensor outside the graph")
+    if isinstance(value, (types.FunctionType, types.ModuleType, type, types.BuiltinFunctionType)):
+        return V.ObjectValue(value)
+    return V.ConstantValue(value)
+
+
+# ---------------------------------------------------------------- truth and identity
+def truthiness(tx: Any, value: V.Value) -> bool:
+    if isinstance(value, V.TensorValue):
+        raise tx.unsupported("data-dependent branch on a tensor value (`if tensor:` / bool(tensor))",
+                             "branch on tensor metadata, or use torch.where")
+    if isinstance(value, (V.TupleValue, V.ListValue)):
+        return bool(value.items)
+    if isinstance(value, (V.DictValue, V.SetValue)):
+        return bool(value.items)
+    if isinstance(value, V.ConstantValue):
+        return bool(value.value)
+    if isinstance(value, V.ModuleValue):
+        if hasattr(type(value.obj), "__len__"):
+            return bool(len(value.obj))
+        return True
+    if isinstance(value, (V.ObjectValue, V.FunctionValue, V.BoundMethodValue, V.DataclassValue)):
+        obj = getattr(value, "obj", None)
+        if obj is not None and (hasattr(type(obj), "__bool__") or hasattr(type(obj), "__len__")) \
+                and not isinstance(obj, (type, types.FunctionType, types.ModuleType)):
+            raise tx.unsupported(f"truth value of {value.describe()}")
+        return True
+    raise tx.unsupported(f"truth value of {value.describe()}")
+
+
+def is_none(tx: Any, value: V.Value) -> bool:
+    return isinstance(value, V.ConstantValue) and value.value is None
+
+
+def is_same(tx: Any, left: V.Value, right: V.Value) -> bool:
+    if left is right:
+        return True
+    if isinstance(left, V.ConstantValue) and isinstance(right, V.ConstantValue):
+        return left.value is right.value
+    if isinstance(left, V.ObjectValue) and isinstance(right, V.ObjectValue):
+        return left.obj is right.obj
+    if isinstance(left, V.TensorValue) and isinstance(right, V.TensorValue):
+        return left.node is right.node
+    # different kinds of Values are different objects (None is only ever a ConstantValue)
+    return False
+
+
+# ---------------------------------------------------------------- operators
+def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
+    fn = BINARY_OPERATORS[symbol]
+    if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
+        if symbol.endswith("=") and not isinstance(left, V.TensorValue):
+            fn = BINARY_OPERATORS[symbol[:-1]]
+        return tensor_ops.record_call(tx.session, fn, [left, right], {})
+    if isinstance(left, V.ListValue) and symbol == "+=":
+        list_target(tx, left).items.extend(unpack(tx, right))
+        return left
+    if isinstance(left, (V.TupleValue, V.ListValue)) and isinstance(right, (V.TupleValue, V.ListValue)) \
+            and symbol in ("+", "+=") and type(left) is type(right):
+        return type(left)(left.items + right.items) if isinstance(left, V.ListValue) else V.TupleValue(
+            left.items + right.items)
+    if isinstance(left, (V.TupleValue, V.ListValue)) and symbol in ("*", "*=") and \
+            isinstance(right, V.ConstantValue):
+        items = left.items * right.value
+        return V.ListValue(items) if isinstance(left, V.ListValue) else V.TupleValue(items)
+    if isinstance(left, V.DictValue) and isinstance(right, V.DictValue) and symbol == "|":
+        return V.DictValue({**left.items, **right.items})
+    return python_result(fn(_constant(tx, left, symbol), _constant(tx, right, symbol)))
+
+
+def _constant(tx: Any, value: V.Value, what: str) -> Any:
+    try:
+        return value.as_python()
+    except Unsupported:
+        raise tx.unsupported(f"operator {what} on {value.describe()}") from None
+
+
+def unary_op(tx: Any, name: str, value: V.Value) -> V.Value:
+    fn = UNARY_OPERATORS[name]
+    if isinstance(value, V.TensorValue):
+        return tensor_ops.record_call(tx.session, fn, [value], {})
+    return python_result(fn(_constant(tx, value, name)))
+
+
+def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
+    fn = COMPARE_OPERATORS[symbol]
+    if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
+        return tensor_ops.record_call(tx.session, fn, [left, right], {})
+    if symbol in ("==", "!=") and not (left.is_python_constant() and right.is_python_constant()):
+        equal = is_same(tx, left, right)
+        return V.ConstantValue(equal if symbol == "==" else not equal)
+    return python_result(fn(_constant(tx, left, symbol), _constant(tx, right, symbol)))
+
+
+def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
+    if isinstance(container, V.DictValue):
+        return _constant(tx, item, "in") in container.items
+    if isinstance(container, V.SetValue):
+        return _constant(tx, item, "in") in container.items
+    if isinstance(container, (V.TupleValue, V.ListValue)):
+        for element in container.items:
+            if is_same(tx, element, item):
+                return True
+            if element.is_python_constant() and item.is_python_constant() and \
+                    element.as_python() == item.as_python():
+                return True
+        return False
+    if isinstance(container, V.ModuleValue) and isinstance(container.obj, torch.nn.ModuleDict):
+        return _constant(tx, item, "in") in container.obj
+    if isinstance(container, V.TensorValue):
+        raise tx.unsupported("`in` on a tensor is data-dependent")
+    return _constant(tx, item, "in") in _constant(tx, container, "in")
+
+
+# ---------------------------------------------------------------- items
+def make_slice(parts: list[V.Value]) -> V.Value:
+    if any(isinstance(p, V.TensorValue) for p in parts):
+        raise Unsupported("a slice with tensor bounds")
+    return V.ConstantValue(slice(*[p.as_python() for p in parts]))
+
+
+def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
+    if isinstance(obj, V.TensorValue):
+        return tensor_ops.record_call(tx.session, operator.getitem, [obj, index], {})
+    if isinstance(obj, (V.TupleValue, V.ListValue)):
+        key = _constant(tx, index, "[]")
+        if isinstance(key, slice):
+            items = obj.items[key]
+            return V.ListValue(items) if isinstance(obj, V.ListValue) else V.TupleValue(items)
+        try:
+            return obj.items[key]
+        except (IndexError, TypeError) as error:
+            raise tx.unsupported(f"indexing: {error}") from None
+    if isinstance(obj, V.DictValue):
+        key = _constant(tx, index, "[]")
+        if key not in obj.items:
+            raise tx.unsupported(f"KeyError {key!r}")
+        return obj.items[key]
+    if isinstance(obj, V.ModuleValue):
+        from .modules import module_get_item
+        return module_get_item(tx, obj, _constant(tx, index, "[]"))
+    if isinstance(obj, V.ConstantValue):
+        return python_result(obj.value[_constant(tx, index, "[]")])
+    if isinstance(obj, V.UserObjectValue) and obj.source is not None:
+        key = _constant(tx, index, "[]")
+        return tx.session.wrap(obj.obj[key], ItemSource(obj.source, key))
+    raise tx.unsupported(f"indexing {obj.describe()}")
+
+
+def list_target(tx: Any, value: V.Value) -> V.ListValue:
+    if not isinstance(value, V.ListValue):
+        raise tx.unsupported(f"list operation on {value.describe()}")
+    value.mutated = True
+    return value
+
+
+def set_item(tx: Any, obj: V.Value, index: V.Value, value: V.Value) -> None:
+    if isinstance(obj, V.TensorValue):
+        tensor_ops.record_call(tx.session, operator.setitem, [obj, index, value], {})
+        return
+    key = _constant(tx, index, "[]=")
+    if isinstance(obj, V.ListValue):
+        list_target(tx, obj)
+        if isinstance(key, slice):
+            obj.items[key] = unpack(tx, value)
+        else:
+            obj.items[key] = value
+        return
+    if isinstance(obj, V.DictValue):
+        obj.mutated = True
+        obj.items[key] = value
+        return
+    raise tx.unsupported(f"item assignment on {obj.describe()}")
+
+
+def delete_item(tx: Any, obj: V.Value, index: V.Value) -> None:
+    key = _constant(tx, index, "del")
+    if isinstance(obj, V.ListValue):
+        del list_target(tx, obj).items[key]
+    elif isinstance(obj, V.DictValue):
+        obj.mutated = True
+        del obj.items[key]
+    else:
+        raise tx.unsupported(f"del on {obj.describe()}")
+
+
+# ---------------------------------------------------------------- iteration
+def unpack(tx: Any, value: V.Value) -> list[V.Value]:
+    """The items of an iterable, materialized (everything the trace iterates is finite)."""
+    if isinstance(value, (V.TupleValue, V.ListValue)):
+        return list(value.items)
+    if isinstance(value, V.IteratorValue):
+        items = value.items[value.position:]
+        value.position = len(value.items)
+        return items
+    return get_iter(tx, value).items
+
+
+def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
+    if isinstance(value, V.IteratorValue):
+        return value
+    if isinstance(value, (V.TupleValue, V.ListValue)):
+        return V.IteratorValue(value.items)
+    if isinstance(value, V.DictValue):
+        return V.IteratorValue([python_result(k) for k in value.items])
+    if isinstance(value, V.SetValue):
+        return V.IteratorValue([python_result(k) for k in value.items])
+    if isinstance(value, V.TensorValue):
+        if not value.meta.shape:
+            raise tx.unsupported("iterating over a 0-d tensor")
+        return V.IteratorValue([get_item(tx, value, V.ConstantValue(i)) for i in range(value.meta.shape[0])])
+    if isinstance(value, V.ModuleValue):
+        from .modules import module_iter
+        return V.IteratorValue(module_iter(tx, value))
+    if isinstance(value, V.ConstantValue) and isinstance(value.value, (range, str, tuple, bytes)):
+        return V.IteratorValue([python_result(v) for v in value.value])
+    if isinstance(value, V.ConstantValue) and isinstance(value.value, (frozenset, set, dict)):
+        return V.IteratorValue([python_result(v) for v in value.value])
+    raise tx.unsupported(f"iterating over {value.describe()}")
+
+
+def format_python_value(tx: Any, value: V.Value) -> Any:
+    if isinstance(value, V.TensorValue):
+        raise tx.unsupported("formatting a tensor into a string (needs its data)")
+    return _constant(tx, value, "format")
+
+
+# ---------------------------------------------------------------- attributes
+def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
+    session = tx.session
+    if isinstance(obj, V.TensorValue):
+        return tensor_ops.tensor_attribute(session, obj, name)
+    if isinstance(obj, V.ModuleValue):
+        from .modules import module_get_attr
+        return module_get_attr(tx, obj, name)
+    if isinstance(obj, V.SuperValue):
+        return _super_attr(tx, obj, name)
+    if isinstance(obj, V.TupleValue) and name in obj.fields:
+        return obj.items[obj.fields.index(name)]
+    if isinstance(obj, V.DataclassValue):
+        if name in obj.fields:
+            return obj.fields[name]
+        return _class_attribute(tx, obj, obj.cls, name)
+    if isinstance(obj, (V.TupleValue, V.ListValue, V.DictValue, V.SetValue)):
+        if not hasattr(obj.python_type(), name):
+            raise tx.unsupported(f"attribute {name!r} of {obj.describe()}")
+        return V.ContainerMethodValue(name, obj)
+    if isinstance(obj, V.ConstantValue):
+        attr = getattr(obj.value, name)
+        if callable(attr) and not isinstance(attr, type):
+            return V.ContainerMethodValue(name, obj)
+        return python_result(attr)
+    if isinstance(obj, V.FunctionValue):
+        if name in ("__name__", "__qualname__"):
+            return V.ConstantValue(obj.name)
+        raise tx.unsupported(f"attribute {name!r} of a local function")
+    if isinstance(obj, V.BoundMethodValue) and name in ("__func__", "__self__"):
+        return obj.func if name == "__func__" else obj.self_value
+    if isinstance(obj, V.UserObjectValue):
+        pending = session.pending_attr(obj, name)
+        if pending is not None:
+            return pending
+        return _class_attribute(tx, obj, type(obj.obj), name, instance=obj.obj)
+    if isinstance(obj, V.ObjectValue):
+        return _object_attr(tx, obj, name)
+    raise tx.unsupported(f"attribute {name!r} of {obj.describe()}")
+
+
+def _object_attr(tx: Any, obj: V.ObjectValue, name: str) -> V.Value:
+    from .session import is_library_module
+    session = tx.session
+    target = obj.obj
+    try:
+        attr = getattr(target, name)
+    except AttributeError:
+        raise tx.unsupported(f"{obj.describe()} has no attribute {name!r}") from None
+    if isinstance(target, types.ModuleType) and is_library_module(target):
+        return session.wrap(attr, None)
+    if isinstance(target, type):
+        static = inspect.getattr_static(target, name)
+        if isinstance(static, (staticmethod, classmethod)) or isinstance(attr, (types.FunctionType,
+                                                                                types.MethodType)):
+            if isinstance(attr, types.MethodType):  # classmethod bound to the class
+                return V.BoundMethodValue(V.ObjectValue(attr.__func__), obj)
+            return V.ObjectValue(attr)
+    if obj.source is None:
+        return session.wrap(attr, None)
+    return session.wrap(attr, AttrSource(obj.source, name))
+
+
+def _class_attribute(tx: Any, obj: V.Value, cls: type, name: str, instance: Any = None) -> V.Value:
+    """Attribute of an instance: Python descriptors are inlined, data read through guarded sources."""
+    try:
+        static = inspect.getattr_static(cls, name)
+    except AttributeError:
+        static = None
+    if isinstance(static, property):
+        from .calls import call
+        return call(tx, V.ObjectValue(static.fget), [obj], {})
+    if isinstance(static, types.FunctionType):
+        if instance is not None and name in getattr(instance, "__dict__", {}):
+            pass
+        else:
+            return V.BoundMethodValue(V.ObjectValue(static), obj)
+    if isinstance(static, staticmethod):
+        return V.ObjectValue(static.__func__)
+    if isinstance(static, classmethod):
+        return V.BoundMethodValue(V.ObjectValue(static.__func__), V.ObjectValue(cls))
+    if instance is None:
+        if static is None:
+            raise tx.unsupported(f"{cls.__name__} has no attribute {name!r}")
+        return tx.session.wrap(static, None) if not callable(static) else V.ObjectValue(static)
+    try:
+        attr = getattr(instance, name)
+    except AttributeError:
+        raise tx.unsupported(f"{type(instance).__name__} object has no attribute {name!r}") from None
+    return tx.session.wrap(attr, AttrSource(obj.source, name))
+
+
+def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
+    self_value = obj.self_value
+    if isinstance(self_value, (V.ObjectValue,)):
+        instance_type = type(self_value.obj)
+    elif isinstance(self_value, V.DataclassValue):
+        instance_type = self_value.cls
+    else:
+        raise tx.unsupported(f"super() on {self_value.describe()}")
+    mro = instance_type.__mro__
+    for klass in mro[mro.index(obj.cls) + 1:]:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            if isinstance(attr, types.FunctionType):
+                return V.BoundMethodValue(V.ObjectValue(attr), self_value)
+            if isinstance(attr, property):
+                from .calls import call
+                return call(tx, V.ObjectValue(attr.fget), [self_value], {})
+            if callable(attr) and name in ("__init__", "__call__"):
+                return V.BoundMethodValue(V.ObjectValue(attr), self_value)
+            return tx.session.wrap(attr, None)
+    raise tx.unsupported(f"super() has no attribute {name!r}")
+
+
+def set_attr(tx: Any, obj: V.Value, name: str, value: V.Value) -> None:
+    if isinstance(obj, V.DataclassValue):
+        obj.fields[name] = value
+        return
+    if isinstance(obj, V.TensorValue):
+        raise tx.unsupported(f"setting tensor attribute .{name}")
+    tx.session.record_setattr(obj, name, value)
+
+
+# ---------------------------------------------------------------- grad mode
+def enter_grad_mode(tx: Any, manager: V.GradModeValue) -> None:
+    session = tx.session
+    manager.previous = session.grad_enabled
+    if manager.enabled != session.grad_enabled:
+        session.graph.call(torch._C._set_grad_enabled, (manager.enabled,), {}, None, "set_grad_enabled",
+                           session.current_line())
+    session.grad_enabled = manager.enabled
+
+
+def exit_grad_mode(tx: Any, manager: V.GradModeValue) -> None:
+    session = tx.session
+    if manager.previous is None:
+        return
+    if manager.previous != session.grad_enabled:
+        session.graph.call(torch._C._set_grad_enabled, (manager.previous,), {}, None, "set_grad_enabled",
+                           session.current_line())
+    session.grad_enabled = manager.previous
+    manager.previous = None
+    if manager in tx.active_contexts:
+        tx.active_contexts.remove(manager)

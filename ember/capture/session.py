@@ -1,0 +1,282 @@
+"""State of one capture: the graph being built, guards, inputs and side effects.
+
+One CaptureSession lives for one compile attempt and is shared by every
+inlined frame.  It turns real objects read from outside the frame into Values
+(``wrap``), adding guards and graph placeholders as it goes, and at the end
+turns the returned Value plus recorded Python-side mutations into graph outputs
+and a generated "epilogue" that rebuilds the user's return value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+from typing import Any, Callable
+
+import torch
+
+from ..errors import Unsupported
+from ..graph import Graph, TensorMeta
+from . import values as V
+from .guards import CodeNamespace, GuardSet, add_tensor_guard, add_value_guard
+from .sources import AttrSource, ItemSource, Source
+
+# Python modules whose attributes are library code: reading them is not guarded.
+LIBRARY_MODULE_ROOTS = {"torch", "math", "operator", "builtins", "functools", "itertools", "collections",
+                        "typing", "numbers", "dataclasses", "warnings", "enum", "abc", "types", "inspect"}
+
+_SCALAR_TYPES = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis))
+_TORCH_CONSTANT_TYPES = (torch.dtype, torch.device, torch.Size, torch.memory_format, torch.layout)
+
+
+class CaptureSession:
+    def __init__(self, root_globals: dict) -> None:
+        self.graph = Graph()
+        self.guards = GuardSet()
+        self.root_globals = root_globals
+        self.example_inputs: list[Any] = []
+        self.placeholder_sources: list[Source] = []
+        self.grad_enabled = torch.is_grad_enabled()
+        # id(object) -> (Value, first source): one Value per outside object, so aliasing is kept
+        self._wrapped: dict[int, tuple[V.Value, Source]] = {}
+        self._keepalive: list[Any] = []
+        self.mutated_inputs: set[int] = set()          # ids of placeholder nodes written in place
+        self.attr_mutations: dict[int, tuple[V.Value, dict[str, V.Value]]] = {}
+        self.mutable_containers: list[V.Value] = []  # sourced lists/dicts (replayed if mutated)
+        self.line_stack: list[Any] = []                # interpreters, innermost last (for file:line)
+        self.guards.add(None, "torch.is_grad_enabled() is {grad}", grad=self.grad_enabled)
+
+    # ------------------------------------------------------------- locations
+    def current_line(self) -> str:
+        """file:line of the innermost frame outside torch's own code (the user's line)."""
+        fallback = ""
+        for interp in reversed(self.line_stack):
+            location = interp.location()
+            fallback = fallback or location
+            if "/torch/" not in interp.code.co_filename:
+                return location
+        return fallback
+
+    # ------------------------------------------------------------- wrapping
+    def wrap(self, value: Any, source: Source | None) -> V.Value:
+        """A Value for a real object; with a source, guard what the trace may depend on."""
+        if source is None:
+            return self._wrap_unguarded(value)
+        if not isinstance(value, _SCALAR_TYPES):
+            seen = self._wrapped.get(id(value))
+            if seen is not None:
+                existing, first_source = seen
+                if first_source.key() != source.key():
+                    self.guards.add(source, "{v} is {o}", other=first_source)
+                return existing
+        wrapped = self._wrap_new(value, source)
+        if not isinstance(value, _SCALAR_TYPES):
+            self._wrapped[id(value)] = (wrapped, source)
+            self._keepalive.append(value)
+        return wrapped
+
+    def _wrap_new(self, value: Any, source: Source) -> V.Value:
+        guards = self.guards
+        if isinstance(value, _SCALAR_TYPES):
+            add_value_guard(guards, source, value)
+            return V.ConstantValue(value, source)
+        if isinstance(value, torch.Tensor):
+            return self._placeholder(value, source)
+        if isinstance(value, _TORCH_CONSTANT_TYPES):
+            guards.add(source, "{v} == {value}", value=value)
+            return V.ConstantValue(value, source)
+        if isinstance(value, enum.Enum):
+            guards.add(source, "{v} is {value}", value=value)
+            return V.ConstantValue(value, source)
+        if isinstance(value, torch.nn.Module):
+            guards.add(source, "{v} is {module}", module=value)
+            guards.add(source, "{v}.training is {training}", training=value.training)
+            return V.ModuleValue(value, source)
+        if type(value) is tuple or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
+            guards.add(source, "type({v}) is {cls} and len({v}) == {n}", cls=type(value), n=len(value))
+            items = [self.wrap(v, ItemSource(source, i)) for i, v in enumerate(value)]
+            return V.TupleValue(items, source, type(value))
+        if type(value) is list:
+            guards.add(source, "type({v}) is list and len({v}) == {n}", n=len(value))
+            result = V.ListValue([self.wrap(v, ItemSource(source, i)) for i, v in enumerate(value)], source)
+            self.mutable_containers.append(result)
+            return result
+        if type(value) is dict and all(isinstance(k, (str, int)) for k in value):
+            guards.add(source, "type({v}) is dict and list({v}) == {keys}", keys=list(value))
+            items = {k: self.wrap(v, ItemSource(source, k)) for k, v in value.items()}
+            result = V.DictValue(items, source)
+            self.mutable_containers.append(result)
+            return result
+        if isinstance(value, (set, frozenset)) and all(isinstance(k, _SCALAR_TYPES) for k in value):
+            guards.add(source, "{v} == {value}", value=set(value))
+            return V.SetValue(list(value), source)
+        if isinstance(value, types.MethodType):
+            guards.add(source, "{v}.__func__ is {fn}", fn=value.__func__)
+            return V.BoundMethodValue(self.wrap(value.__func__, AttrSource(source, "__func__")),
+                                      self.wrap(value.__self__, AttrSource(source, "__self__")))
+        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
+                              types.MethodWrapperType, types.WrapperDescriptorType,
+                              types.MethodDescriptorType)) or callable(value) and _is_library(value):
+            guards.add(source, "{v} is {obj}", obj=value)
+            return V.ObjectValue(value, source)
+        guards.add(source, "type({v}) is {cls}", cls=type(value))
+        return V.UserObjectValue(value, source)
+
+    def _wrap_unguarded(self, value: Any) -> V.Value:
+        """Values that come from library code or constants folded by the interpreter."""
+        if isinstance(value, _SCALAR_TYPES + _TORCH_CONSTANT_TYPES) or isinstance(value, enum.Enum):
+            return V.ConstantValue(value)
+        if isinstance(value, torch.Tensor):
+            raise Unsupported("a tensor reached from an unguarded place (e.g. a library module attribute)")
+        if isinstance(value, torch.nn.Module):
+            raise Unsupported("an nn.Module reached from an unguarded place")
+        if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
+            items = [self._wrap_unguarded(v) for v in value]
+            return V.ListValue(items) if type(value) is list else V.TupleValue(items, None, type(value))
+        if type(value) is dict:
+            return V.DictValue({k: self._wrap_unguarded(v) for k, v in value.items()})
+        if isinstance(value, (set, frozenset)):
+            return V.SetValue(list(value))
+        return V.ObjectValue(value)
+
+    def _placeholder(self, tensor: torch.Tensor, source: Source) -> V.TensorValue:
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter, getattr(torch.nn, "Buffer", torch.Tensor)) and \
+                not isinstance(tensor, torch.nn.Parameter):
+            raise Unsupported(f"tensor subclass {type(tensor).__name__} as input")
+        add_tensor_guard(self.guards, source, tensor)
+        meta = TensorMeta.of(tensor)
+        node = self.graph.placeholder(_placeholder_name(source), meta)
+        node.extra["source"] = source.name()
+        self.example_inputs.append(tensor)
+        self.placeholder_sources.append(source)
+        python_cls = torch.nn.Parameter if isinstance(tensor, torch.nn.Parameter) else torch.Tensor
+        return V.TensorValue(node, meta, source, python_cls)
+
+    # ------------------------------------------------------------- mutation
+    def record_setattr(self, target: V.Value, name: str, value: V.Value) -> None:
+        if target.source is None or not isinstance(target, (V.ModuleValue, V.UserObjectValue)):
+            raise Unsupported(f"setting attribute {name!r} on {target.describe()}")
+        if isinstance(target, V.ModuleValue) and name == "training":
+            raise Unsupported("changing .training inside the compiled region")
+        entry = self.attr_mutations.setdefault(id(target), (target, {}))
+        entry[1][name] = value
+
+    def pending_attr(self, target: V.Value, name: str) -> V.Value | None:
+        entry = self.attr_mutations.get(id(target))
+        return entry[1].get(name) if entry is not None else None
+
+    def add_no_alias_guard(self) -> None:
+        """Graphs that write to inputs were traced with distinct tensors; keep them distinct."""
+        if len(self.placeholder_sources) > 1 and self.mutated_inputs:
+            self.guards.distinct_sources = list(self.placeholder_sources)
+
+    # ------------------------------------------------------------- outputs
+    def finalize(self, result: V.Value) -> Callable:
+        """Add graph outputs and generate ``epilogue(L, G, outs)`` that rebuilds the result."""
+        builder = _EpilogueBuilder(self)
+        statements = builder.mutation_statements()
+        expression = builder.expr(result)
+        self.graph.output(builder.outputs)
+        lines = ["def epilogue(L, G, outs):"] + [f"    {s}" for s in statements] + [f"    return {expression}"]
+        text = "\n".join(lines) + "\n"
+        exec(compile(text, "<ember epilogue>", "exec"), builder.namespace.globals)
+        fn = builder.namespace.globals["epilogue"]
+        fn.__ember_source__ = text
+        return fn
+
+
+def _is_library(value: Any) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    return module.split(".")[0] in LIBRARY_MODULE_ROOTS
+
+
+def is_library_module(module: types.ModuleType) -> bool:
+    return module.__name__.split(".")[0] in LIBRARY_MODULE_ROOTS
+
+
+def _placeholder_name(source: Source) -> str:
+    text = source.name().replace("L[", "").replace("G[", "g_").replace("]", "").replace("'", "")
+    text = "".join(c if c.isalnum() else "_" for c in text.lower())
+    while "__" in text:
+        text = text.replace("__", "_")
+    return text.strip("_") or "input"
+
+
+class _EpilogueBuilder:
+    def __init__(self, session: CaptureSession) -> None:
+        self.session = session
+        self.namespace = CodeNamespace()
+        self.outputs: list[Any] = []
+        self._output_index: dict[Any, int] = {}
+
+    def _tensor(self, value: V.TensorValue) -> str:
+        if value.node.op == "placeholder" and value.source is not None:
+            return value.source.code(self.namespace)
+        if value.node not in self._output_index:
+            self._output_index[value.node] = len(self.outputs)
+            self.outputs.append(value.node)
+        return f"outs[{self._output_index[value.node]}]"
+
+    def expr(self, value: V.Value) -> str:
+        if isinstance(value, V.TensorValue):
+            return self._tensor(value)
+        if isinstance(value, V.ConstantValue):
+            if value.value is None or isinstance(value.value, (bool, int, str)):
+                return repr(value.value)
+            return self.namespace.bind(value.value, "const")
+        if isinstance(value, (V.ListValue, V.DictValue)) and value.source is not None:
+            return value.source.code(self.namespace)
+        if isinstance(value, V.TupleValue):
+            inner = "".join(self.expr(v) + ", " for v in value.items)
+            if value.cls is tuple:
+                return f"({inner})"
+            cls = self.namespace.bind(value.cls, value.cls.__name__)
+            return f"{cls}._make(({inner}))" if hasattr(value.cls, "_make") else f"{cls}(({inner}))"
+        if isinstance(value, V.ListValue):
+            return "[" + ", ".join(self.expr(v) for v in value.items) + "]"
+        if isinstance(value, V.DictValue):
+            body = ", ".join(f"{self.namespace.bind(k, 'key') if not isinstance(k, (str, int)) else repr(k)}: "
+                             f"{self.expr(v)}" for k, v in value.items.items())
+            if value.cls is dict:
+                return "{" + body + "}"
+            return f"{self.namespace.bind(value.cls, value.cls.__name__)}({{{body}}})"
+        if isinstance(value, V.SetValue):
+            return f"set({self.namespace.bind(tuple(value.items), 'set_items')})"
+        if isinstance(value, V.DataclassValue):
+            cls = self.namespace.bind(value.cls, value.cls.__name__)
+            args = ", ".join(f"{k}={self.expr(v)}" for k, v in value.fields.items())
+            return f"{cls}({args})"
+        if isinstance(value, V.BoundMethodValue):
+            return f"{self.expr(value.func)}.__get__({self.expr(value.self_value)})"
+        if isinstance(value, V.ObjectValue):
+            if value.source is not None:
+                return value.source.code(self.namespace)
+            return self.namespace.bind(value.obj, "obj")
+        raise Unsupported(f"returning or storing {value.describe()} from a compiled frame")
+
+    def mutation_statements(self) -> list[str]:
+        statements = []
+        for container in self.session.mutable_containers:
+            if not getattr(container, "mutated", False):
+                continue
+            target = container.source.code(self.namespace)
+            if isinstance(container, V.ListValue):
+                items = ", ".join(self.expr(v) for v in container.items)
+                statements.append(f"{target}[:] = [{items}]")
+            else:
+                body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in container.items.items())
+                statements.append(f"_d = {target}; _d.clear(); _d.update({{{body}}})")
+        for target, attrs in self.session.attr_mutations.values():
+            obj = target.source.code(self.namespace)
+            for name, value in attrs.items():
+                statements.append(f"{obj}.{name} = {self.expr(value)}")
+        return statements
+
+
+@dataclasses.dataclass
+class CaptureResult:
+    graph: Graph
+    guards: GuardSet
+    example_inputs: list[Any]
+    placeholder_sources: list[Source]
+    epilogue: Callable

@@ -1,0 +1,305 @@
+"""Recording torch calls on symbolic tensors as graph nodes.
+
+A call with a TensorValue among its arguments becomes ``graph.call(target, ...)``
+with the target the user called (``torch.add``, ``torch.Tensor.view``,
+``F.linear``, ``operator.getitem``).  Its output metadata comes from running the
+same call on meta-device tensors; the device is fixed up afterwards since meta
+tensors lose it.  A call whose meta run fails or returns a Python value is
+data-dependent or unknown: Unsupported (a graph break).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+
+from ..errors import Unsupported
+from ..graph import TensorMeta, target_name
+from . import values as V
+
+# torch callables that make tensors from Python values alone
+FACTORY_NAMES = {"zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint", "randperm", "tensor",
+                 "as_tensor", "linspace", "logspace", "eye", "empty_strided", "normal", "scalar_tensor",
+                 "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
+                 "randint_like", "tril_indices", "triu_indices", "bernoulli"}
+
+# answered from metadata, no node
+DATA_DEPENDENT_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__",
+                          "data_ptr", "nonzero", "unique", "masked_select", "__array__", "backward",
+                          "register_hook", "retain_grad", "storage", "untyped_storage", "equal"}
+
+IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                      operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior,
+                      operator.ixor, operator.ilshift, operator.irshift, operator.setitem}
+
+
+def contains_tensor(value: Any) -> bool:
+    if isinstance(value, V.TensorValue):
+        return True
+    if isinstance(value, (V.TupleValue, V.ListValue)):
+        return any(contains_tensor(v) for v in value.items)
+    if isinstance(value, V.DictValue):
+        return any(contains_tensor(v) for v in value.items.values())
+    if isinstance(value, (list, tuple)):
+        return any(contains_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(contains_tensor(v) for v in value.values())
+    return False
+
+
+def to_graph_arg(value: V.Value) -> Any:
+    """Value -> graph argument: Node for tensors, Python constants otherwise."""
+    if isinstance(value, V.TensorValue):
+        return value.node
+    if isinstance(value, V.TupleValue):
+        return tuple(to_graph_arg(v) for v in value.items)
+    if isinstance(value, V.ListValue):
+        return [to_graph_arg(v) for v in value.items]
+    if isinstance(value, V.DictValue):
+        return {k: to_graph_arg(v) for k, v in value.items.items()}
+    if isinstance(value, V.ConstantValue):
+        return value.value
+    if isinstance(value, V.ObjectValue) and isinstance(value.obj, (torch.dtype, torch.device)):
+        return value.obj
+    if isinstance(value, V.SetValue):
+        return value.as_python()
+    raise Unsupported(f"passing {value.describe()} to a torch operation")
+
+
+def _is_in_place(target: Any, kwargs: dict) -> bool:
+    if target in IN_PLACE_OPERATORS:
+        return True
+    name = target_name(target)
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    return kwargs.get("inplace") is True
+
+
+def _device_of_output(target: Any, args: tuple, kwargs: dict, inputs: list[V.TensorValue]) -> torch.device:
+    """Meta tensors lose the device; recover it from the call."""
+    requested = kwargs.get("device")
+    name = target_name(target)
+    if name in ("to", "cuda", "cpu", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "type_as"):
+        if name == "cpu":
+            return torch.device("cpu")
+        if name == "cuda":
+            index = args[1] if len(args) > 1 else kwargs.get("device")
+            return torch.device("cuda", index) if isinstance(index, int) else torch.device(index or "cuda")
+        for arg in list(args[1:]) + list(kwargs.values()):
+            if isinstance(arg, torch.device):
+                requested = arg
+            elif isinstance(arg, str):
+                try:
+                    requested = torch.device(arg)
+                except RuntimeError:
+                    pass
+            elif isinstance(arg, V.TensorValue) and name in ("to", "type_as"):
+                requested = arg.meta.device
+    if requested is not None:
+        device = torch.device(requested) if not isinstance(requested, int) else torch.device("cuda", requested)
+        if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+            device = torch.device("cuda", torch.cuda.current_device())
+        return device
+    if inputs:
+        non_cpu = [t.meta.device for t in inputs if t.meta.device.type != "cpu" or t.meta.ndim > 0]
+        return non_cpu[0] if non_cpu else inputs[0].meta.device
+    get_default = getattr(torch, "get_default_device", None)
+    return get_default() if get_default is not None else torch.device("cpu")
+
+
+def _meta_tensor(value: V.TensorValue) -> torch.Tensor:
+    meta = value.meta
+    tensor = meta.to_meta_tensor()
+    if meta.requires_grad:
+        tensor.requires_grad_()
+        # intermediate results are not leaves: in-place ops on them are legal
+        if value.node.op != "placeholder" and meta.is_contiguous():
+            tensor = tensor * 1
+    return tensor
+
+
+def _meta_args(value: Any, inputs: list[V.TensorValue]) -> Any:
+    if isinstance(value, V.TensorValue):
+        inputs.append(value)
+        return _meta_tensor(value)
+    if isinstance(value, V.TupleValue):
+        return tuple(_meta_args(v, inputs) for v in value.items)
+    if isinstance(value, V.ListValue):
+        return [_meta_args(v, inputs) for v in value.items]
+    if isinstance(value, V.DictValue):
+        return {k: _meta_args(v, inputs) for k, v in value.items.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_meta_args(v, inputs) for v in value)
+    if isinstance(value, dict):
+        return {k: _meta_args(v, inputs) for k, v in value.items()}
+    return to_graph_arg(value) if isinstance(value, V.Value) else value
+
+
+def _sanitize_device_args(target: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Make the meta run stay on meta: device arguments become 'meta'."""
+    name = target_name(target)
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device="meta")
+    if name in ("to",):
+        new_args = []
+        for a in args:
+            if isinstance(a, torch.device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "meta")):
+                a = "meta"
+            new_args.append(a)
+        args = tuple(new_args)
+        if "device" in kwargs:
+            kwargs["device"] = "meta"
+    return args, kwargs
+
+
+def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dict[str, V.Value],
+                name: str | None = None) -> V.Value:
+    """Record ``target(*args, **kwargs)`` on symbolic tensors and return its symbolic result."""
+    line = session.current_line()
+    op_name = target_name(target)
+    if op_name in DATA_DEPENDENT_METHODS:
+        raise Unsupported(f"data-dependent operation {op_name}() on a tensor", line,
+                          "keep the value as a tensor, or move this outside the compiled function")
+    if "out" in kwargs:
+        raise Unsupported(f"{op_name}(out=...) inside a compiled function", line)
+    graph_args = tuple(to_graph_arg(a) for a in args)
+    graph_kwargs = {k: to_graph_arg(v) for k, v in kwargs.items()}
+    inputs: list[V.TensorValue] = []
+    meta_args = tuple(_meta_args(a, inputs) for a in args)
+    meta_kwargs = {k: _meta_args(v, inputs) for k, v in kwargs.items()}
+    if op_name in ("cpu", "cuda"):
+        meta_result = meta_args[0]  # same shape and strides, only the device changes
+    else:
+        meta_args, meta_kwargs = _sanitize_device_args(target, meta_args, meta_kwargs)
+        if not inputs and "device" not in meta_kwargs:
+            meta_kwargs["device"] = "meta"
+        try:
+            with torch.set_grad_enabled(session.grad_enabled):
+                meta_result = target(*meta_args, **meta_kwargs)
+        except Exception as error:  # the meta kernel is missing, or the op needs data
+            raise Unsupported(f"{op_name} could not be evaluated on meta tensors "
+                              f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+                              line, "this op is data-dependent or has no meta kernel") from None
+    device = _device_of_output(target, graph_args, graph_kwargs, inputs)
+    in_place = _is_in_place(target, graph_kwargs)
+
+    if isinstance(meta_result, torch.Tensor):
+        meta = _fix_meta(meta_result, device)
+        if in_place and args and isinstance(args[0], V.TensorValue):
+            self_value = args[0]
+            if meta.shape != self_value.meta.shape or meta.stride != self_value.meta.stride \
+                    or meta.dtype != self_value.meta.dtype:
+                raise Unsupported(f"in-place {op_name} that changes the tensor's metadata", line)
+            node = session.graph.call(target, graph_args, graph_kwargs, meta, name, line)
+            _note_mutation(session, self_value)
+            return self_value
+        node = session.graph.call(target, graph_args, graph_kwargs, meta, name, line)
+        return V.TensorValue(node, meta)
+    if meta_result is None:
+        if in_place and args and isinstance(args[0], V.TensorValue):
+            _note_mutation(session, args[0])
+        session.graph.call(target, graph_args, graph_kwargs, None, name, line)
+        return V.NONE
+    if isinstance(meta_result, (tuple, list)) and meta_result and \
+            all(isinstance(t, torch.Tensor) for t in meta_result):
+        metas = tuple(_fix_meta(t, device) for t in meta_result)
+        node = session.graph.call(target, graph_args, graph_kwargs, metas, name, line)
+        items: list[V.Value] = []
+        for i, meta in enumerate(metas):
+            item = session.graph.call(operator.getitem, (node, i), {}, meta, f"{node.name}_{i}", line)
+            items.append(V.TensorValue(item, meta))
+        if isinstance(meta_result, list):
+            return V.ListValue(items)
+        cls = type(meta_result)
+        fields = _structseq_fields(meta_result) if cls is not tuple else ()
+        return V.TupleValue(items, None, cls, fields)
+    raise Unsupported(f"{op_name} returns a Python value that depends on tensor data", line,
+                      "keep the computation in tensors")
+
+
+def _note_mutation(session: Any, value: V.TensorValue) -> None:
+    base = value.node
+    if base.op == "placeholder":
+        session.mutated_inputs.add(id(base))
+    else:
+        session.mutated_inputs.add(-1)  # a view of something may be an input; be conservative
+
+
+def _fix_meta(tensor: torch.Tensor, device: torch.device) -> TensorMeta:
+    meta = TensorMeta.of(tensor)
+    return TensorMeta(meta.shape, meta.stride, meta.dtype, device, meta.requires_grad, meta.storage_offset)
+
+
+def _structseq_fields(result: Any) -> tuple[str, ...]:
+    fields = []
+    for i, item in enumerate(result):
+        for name in dir(result):
+            if not name.startswith("_") and name not in ("count", "index", "n_fields", "n_sequence_fields",
+                                                          "n_unnamed_fields") and getattr(result, name) is item:
+                fields.append(name)
+                break
+        else:
+            fields.append(f"_{i}")
+    return tuple(fields)
+
+
+# ------------------------------------------------------------------ metadata
+def tensor_attribute(session: Any, value: V.TensorValue, name: str) -> V.Value:
+    """``x.shape``, ``x.dtype`` ... from metadata; ``x.T`` and friends as nodes."""
+    meta = value.meta
+    simple = {
+        "shape": lambda: torch.Size(meta.shape), "dtype": lambda: meta.dtype, "device": lambda: meta.device,
+        "ndim": lambda: meta.ndim, "is_cuda": lambda: meta.device.type == "cuda",
+        "is_cpu": lambda: meta.device.type == "cpu", "requires_grad": lambda: meta.requires_grad,
+        "is_leaf": lambda: value.node.op == "placeholder" or not meta.requires_grad,
+        "layout": lambda: torch.strided, "is_sparse": lambda: False, "is_quantized": lambda: False,
+        "is_meta": lambda: False, "is_nested": lambda: False, "itemsize": lambda: meta.to_meta_tensor().itemsize,
+    }
+    if name in simple:
+        return V.ConstantValue(simple[name]())
+    if name == "T":
+        return record_call(session, torch.Tensor.permute, [value, V.ConstantValue(tuple(range(meta.ndim))[::-1])],
+                           {})
+    if name in ("mT", "mH"):
+        return record_call(session, torch.Tensor.transpose, [value, V.ConstantValue(-2), V.ConstantValue(-1)], {})
+    if name in ("real", "imag"):
+        return record_call(session, getattr(torch, name), [value], {})
+    if name in ("grad", "data", "grad_fn", "_base", "names"):
+        raise Unsupported(f"tensor attribute .{name}", session.current_line())
+    attr = getattr(torch.Tensor, name, None)
+    if attr is None:
+        raise Unsupported(f"unknown tensor attribute .{name}", session.current_line())
+    return V.TensorMethodValue(name, value)
+
+
+def call_tensor_method(session: Any, name: str, self_value: V.TensorValue, args: list[V.Value],
+                       kwargs: dict[str, V.Value]) -> V.Value:
+    meta = self_value.meta
+    constant_args = [a.as_python() for a in args] if not contains_tensor(args) else None
+    if constant_args is not None and not kwargs:
+        if name == "size":
+            return V.ConstantValue(torch.Size(meta.shape) if not constant_args else meta.shape[constant_args[0]])
+        if name == "stride":
+            return V.ConstantValue(meta.stride if not constant_args else meta.stride[constant_args[0]])
+        if name in ("dim", "ndimension"):
+            return V.ConstantValue(meta.ndim)
+        if name in ("numel", "nelement"):
+            return V.ConstantValue(meta.numel())
+        if name == "is_contiguous" and not constant_args:
+            return V.ConstantValue(meta.to_meta_tensor().is_contiguous())
+        if name in ("is_floating_point", "is_complex", "element_size", "is_signed"):
+            return V.ConstantValue(getattr(meta.to_meta_tensor(), name)())
+        if name == "get_device":
+            return V.ConstantValue(meta.device.index if meta.device.type == "cuda" else -1)
+        if name == "storage_offset":
+            return V.ConstantValue(meta.storage_offset)
+        if name == "__len__":
+            return V.ConstantValue(meta.shape[0])
+        if name == "type" and not constant_args:
+            return V.ConstantValue(meta.to_meta_tensor().type().replace("torch.meta", "torch").replace(
+                "torch.", "torch.cuda." if meta.device.type == "cuda" else "torch.", 1))
+    if name == "requires_grad_":
+        raise Unsupported("requires_grad_() inside a compiled function", session.current_line())
+    target = getattr(torch.Tensor, name)
+    return record_call(session, target, [self_value] + list(args), kwargs, name)

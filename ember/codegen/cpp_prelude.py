@@ -1,0 +1,149 @@
+"""The C++ helper functions every generated .cpp starts with (numerics that must match torch)."""
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#ifdef EMBER_USE_LIBMVEC
+// glibc's libmvec has SIMD versions of these; declaring them 'simd' lets g++ vectorize loops that call them
+extern "C" {
+float acosf(float) noexcept __attribute__((simd("notinbranch"))); double acos(double) noexcept __attribute__((simd("notinbranch")));
+float acoshf(float) noexcept __attribute__((simd("notinbranch"))); double acosh(double) noexcept __attribute__((simd("notinbranch")));
+float asinf(float) noexcept __attribute__((simd("notinbranch"))); double asin(double) noexcept __attribute__((simd("notinbranch")));
+float asinhf(float) noexcept __attribute__((simd("notinbranch"))); double asinh(double) noexcept __attribute__((simd("notinbranch")));
+float atanf(float) noexcept __attribute__((simd("notinbranch"))); double atan(double) noexcept __attribute__((simd("notinbranch")));
+float atanhf(float) noexcept __attribute__((simd("notinbranch"))); double atanh(double) noexcept __attribute__((simd("notinbranch")));
+float cbrtf(float) noexcept __attribute__((simd("notinbranch"))); double cbrt(double) noexcept __attribute__((simd("notinbranch")));
+float cosf(float) noexcept __attribute__((simd("notinbranch"))); double cos(double) noexcept __attribute__((simd("notinbranch")));
+float coshf(float) noexcept __attribute__((simd("notinbranch"))); double cosh(double) noexcept __attribute__((simd("notinbranch")));
+float erff(float) noexcept __attribute__((simd("notinbranch"))); double erf(double) noexcept __attribute__((simd("notinbranch")));
+float erfcf(float) noexcept __attribute__((simd("notinbranch"))); double erfc(double) noexcept __attribute__((simd("notinbranch")));
+float expf(float) noexcept __attribute__((simd("notinbranch"))); double exp(double) noexcept __attribute__((simd("notinbranch")));
+float exp10f(float) noexcept __attribute__((simd("notinbranch"))); double exp10(double) noexcept __attribute__((simd("notinbranch")));
+float exp2f(float) noexcept __attribute__((simd("notinbranch"))); double exp2(double) noexcept __attribute__((simd("notinbranch")));
+float expm1f(float) noexcept __attribute__((simd("notinbranch"))); double expm1(double) noexcept __attribute__((simd("notinbranch")));
+float logf(float) noexcept __attribute__((simd("notinbranch"))); double log(double) noexcept __attribute__((simd("notinbranch")));
+float log10f(float) noexcept __attribute__((simd("notinbranch"))); double log10(double) noexcept __attribute__((simd("notinbranch")));
+float log1pf(float) noexcept __attribute__((simd("notinbranch"))); double log1p(double) noexcept __attribute__((simd("notinbranch")));
+float log2f(float) noexcept __attribute__((simd("notinbranch"))); double log2(double) noexcept __attribute__((simd("notinbranch")));
+float sinf(float) noexcept __attribute__((simd("notinbranch"))); double sin(double) noexcept __attribute__((simd("notinbranch")));
+float sinhf(float) noexcept __attribute__((simd("notinbranch"))); double sinh(double) noexcept __attribute__((simd("notinbranch")));
+float tanf(float) noexcept __attribute__((simd("notinbranch"))); double tan(double) noexcept __attribute__((simd("notinbranch")));
+float tanhf(float) noexcept __attribute__((simd("notinbranch"))); double tanh(double) noexcept __attribute__((simd("notinbranch")));
+float atan2f(float, float) noexcept __attribute__((simd("notinbranch"))); double atan2(double, double) noexcept __attribute__((simd("notinbranch")));
+float hypotf(float, float) noexcept __attribute__((simd("notinbranch"))); double hypot(double, double) noexcept __attribute__((simd("notinbranch")));
+float powf(float, float) noexcept __attribute__((simd("notinbranch"))); double pow(double, double) noexcept __attribute__((simd("notinbranch")));
+}
+#endif
+
+// ---- low-precision floats: stored as uint16_t, computed in float ----------
+static inline float ember_bf16_to_float(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t ember_float_to_bf16(float f) {  // round to nearest even, NaN stays NaN
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+static inline float ember_half_to_float(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return static_cast<float>(v); }
+static inline uint16_t ember_float_to_half(float f) {
+  _Float16 v = static_cast<_Float16>(f); uint16_t h; std::memcpy(&h, &v, 2); return h;
+}
+static inline float ember_round_bf16(float f) { return ember_bf16_to_float(ember_float_to_bf16(f)); }
+static inline float ember_round_half(float f) { return ember_half_to_float(ember_float_to_half(f)); }
+
+// ---- max/min that propagate NaN like torch.maximum -------------------------
+template <typename T> static inline T ember_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> static inline T ember_min(T a, T b) { return (a != a || a < b) ? a : b; }
+
+// ---- Python/torch division semantics ---------------------------------------
+template <typename T> static inline T ember_floordiv_int(T a, T b) {
+  if (b == 0) return 0;  // torch raises; a kernel must not crash the process
+  if (b == -1) return static_cast<T>(-static_cast<uint64_t>(a));  // avoids INT_MIN / -1 trap
+  T q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+  return q;
+}
+template <typename T> static inline T ember_floordiv_float(T a, T b) {
+  if (b == 0) return a / b;
+  T mod = std::fmod(a, b);
+  T div = (a - mod) / b;
+  if ((mod != 0) && ((b < 0) != (mod < 0))) div -= 1;
+  T floordiv;
+  if (div != 0) {
+    floordiv = std::floor(div);
+    if (div - floordiv > static_cast<T>(0.5)) floordiv += 1;
+  } else {
+    floordiv = std::copysign(static_cast<T>(0), a / b);
+  }
+  return floordiv;
+}
+template <typename T> static inline T ember_remainder_int(T a, T b) {
+  if (b == 0 || b == -1) return 0;
+  T r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+template <typename T> static inline T ember_remainder_float(T a, T b) {
+  T mod = std::fmod(a, b);
+  if ((mod != 0) && ((b < 0) != (mod < 0))) mod += b;
+  return mod;
+}
+template <typename T> static inline T ember_fmod_int(T a, T b) { return (b == 0 || b == -1) ? 0 : a % b; }
+template <typename T> static inline T ember_pow_int(T base, T exp) {
+  if (exp < 0) return (base == 1) ? 1 : (base == -1) ? ((exp & 1) ? -1 : 1) : 0;
+  T result = 1;
+  while (exp) { if (exp & 1) result *= base; exp >>= 1; base *= base; }
+  return result;
+}
+template <typename T> static inline T ember_shl(T a, T b) {
+  return (b < 0 || b >= static_cast<T>(sizeof(T) * 8)) ? 0 : static_cast<T>(static_cast<uint64_t>(a) << b);
+}
+template <typename T> static inline T ember_shr(T a, T b) {
+  const T bits = static_cast<T>(sizeof(T) * 8);
+  if (b < 0 || b >= bits) return (a < 0) ? static_cast<T>(-1) : 0;
+  return a >> b;
+}
+template <typename T> static inline T ember_sign(T a) { return (a > 0) ? T(1) : (a < 0) ? T(-1) : a; }
+static inline double ember_erfinv(double y) {  // Giles' approximation + two Newton steps on erf
+  if (y <= -1) return y == -1 ? -INFINITY : NAN;
+  if (y >= 1) return y == 1 ? INFINITY : NAN;
+  double w = -std::log((1.0 - y) * (1.0 + y)), x;
+  if (w < 6.25) {
+    w -= 3.125;
+    x = -3.6444120640178196996e-21; x = -1.685059138182016589e-19 + x * w; x = 1.2858480715256400167e-18 + x * w;
+    x = 1.115787767802518096e-17 + x * w; x = -1.333171662854620906e-16 + x * w; x = 2.0972767875968561637e-17 + x * w;
+    x = 6.6376381343583238325e-15 + x * w; x = -4.0545662729752068639e-14 + x * w; x = -8.1519341976054721522e-14 + x * w;
+    x = 2.6335093153082322977e-12 + x * w; x = -1.2975133253453532498e-11 + x * w; x = -5.4154120542946279317e-11 + x * w;
+    x = 1.051212273321532285e-09 + x * w; x = -4.1126339803469836976e-09 + x * w; x = -2.9070369957882005086e-08 + x * w;
+    x = 4.2347877827932403518e-07 + x * w; x = -1.3654692000834678645e-06 + x * w; x = -1.3882523362786468719e-05 + x * w;
+    x = 0.0001867342080340571352 + x * w; x = -0.00074070253416626697512 + x * w; x = -0.0060336708714301490533 + x * w;
+    x = 0.24015818242558961693 + x * w; x = 1.6536545626831027356 + x * w;
+  } else if (w < 16.0) {
+    w = std::sqrt(w) - 3.25;
+    x = 2.2137376921775787049e-09; x = 9.0756561938885390979e-08 + x * w; x = -2.7517406297064545428e-07 + x * w;
+    x = 1.8239629214389227755e-08 + x * w; x = 1.5027403968909827627e-06 + x * w; x = -4.013867526981545969e-06 + x * w;
+    x = 2.9234449089955446044e-06 + x * w; x = 1.2475304481671778723e-05 + x * w; x = -4.7318229009055733981e-05 + x * w;
+    x = 6.8284851459573175448e-05 + x * w; x = 2.4031110387097893999e-05 + x * w; x = -0.0003550375203628474796 + x * w;
+    x = 0.00095328937973738049703 + x * w; x = -0.0016882755560235047313 + x * w; x = 0.0024914420961078508066 + x * w;
+    x = -0.0037512085075692412107 + x * w; x = 0.005370914553590063617 + x * w; x = 1.0052589676941592334 + x * w;
+    x = 3.0838856104922207635 + x * w;
+  } else {
+    w = std::sqrt(w) - 5.0;
+    x = -2.7109920616438573243e-11; x = -2.5556418169965252055e-10 + x * w; x = 1.5076572693500548083e-09 + x * w;
+    x = -3.7894654401267369937e-09 + x * w; x = 7.6157012080783393804e-09 + x * w; x = -1.4960026627149240478e-08 + x * w;
+    x = 2.9147953450901080826e-08 + x * w; x = -6.7711997758452339498e-08 + x * w; x = 2.2900482228026654717e-07 + x * w;
+    x = -9.9298272942317002539e-07 + x * w; x = 4.5260625972231537039e-06 + x * w; x = -1.9681778105531670567e-05 + x * w;
+    x = 7.5995277030017761139e-05 + x * w; x = -0.00021503011930044477347 + x * w; x = -0.00013871931833623122026 + x * w;
+    x = 1.0103004648645343977 + x * w; x = 4.8499064014085844221 + x * w;
+  }
+  x *= y;
+  for (int i = 0; i < 2; ++i) x -= (std::erf(x) - y) / (1.1283791670955126 * std::exp(-x * x));
+  return x;
+}
+"""
+
+LIBMVEC_FUNCTIONS = frozenset(['acos', 'acosh', 'asin', 'asinh', 'atan', 'atanh', 'cbrt', 'cos', 'cosh', 'erf', 'erfc', 'exp', 'exp10', 'exp2', 'expm1', 'log', 'log10', 'log1p', 'log2', 'sin', 'sinh', 'tan', 'tanh', 'atan2', 'hypot', 'pow'])

@@ -1,0 +1,169 @@
+"""The host program: readable Python that allocates buffers, runs externs and kernels.
+
+    def call(x, w, b):
+        buf_linear_out = _extern_linear(x, w, b)           # extern linear
+        add_1 = torch.empty_strided((64, 128), (128, 1), dtype=torch.float32)
+        kernel0(buf_linear_out.data_ptr(), add_1.data_ptr())
+        return (add_1,)
+
+Everything static (shapes, strides, dtypes, function pointers) is decided at
+generation time; a call does only the allocations, launches and write-backs.
+Kernel launchers are device-specific and passed in as ``launchers``: name ->
+(callable taking data pointers, ordered buffer names).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from ember.graph import tree_map
+from ember.lower import ir
+from ember.lower.scheduler import ExternCall, Schedule
+
+
+class WrapperSource:
+    """Python source for ``call`` plus the globals it needs."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.globals: dict[str, Any] = {"torch": torch}
+
+    def bind(self, hint: str, value: Any) -> str:
+        name = hint
+        n = 0
+        while name in self.globals and self.globals[name] is not value:
+            n += 1
+            name = f"{hint}_{n}"
+        self.globals[name] = value
+        return name
+
+
+def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[str, tuple[Callable, list[str]]],
+                     graph_extra: dict[str, Any], device: str = "cpu") -> tuple[str, dict[str, Any]]:
+    """Source of ``def call(<params>)`` and its globals."""
+    program = sched.program
+    out = WrapperSource()
+    lines = out.lines
+    lines.append(f"def call({', '.join(param_names)}):")
+    expr_of: dict[str, str] = {}            # buffer name -> Python expression holding the tensor
+    for name, plan in sched.buffers.items():
+        if plan.kind == "input":
+            node = program.nodes[name]
+            base = program.nodes[node.alias_of] if node.alias_of else node
+            expr_of[name] = param_names[base.position]
+            if not node.shape and not node.alias_of and not _is_tensor_input(graph_extra, base.position):
+                # a runtime Python scalar: kernels read it as a 0-dim tensor
+                lines.append(f"    {name}_t = torch.full((), {expr_of[name]}, dtype={plan.dtype})")
+                expr_of[name] = f"{name}_t"
+    allocated: set[str] = set()
+    for step in sched.steps:
+        if isinstance(step, ExternCall):
+            _emit_extern(out, step, expr_of, sched)
+            continue
+        for name in step.writes:
+            plan = sched.buffers[name]
+            if plan.allocation != name and plan.allocation in allocated:
+                lines.append(f"    {name} = {plan.allocation}  # reuses the dead buffer {plan.allocation}")
+            else:
+                lines.append(f"    {name} = torch.empty_strided({plan.shape!r}, {plan.stride!r}, "
+                             f"dtype={plan.dtype}, device={device!r})")
+            allocated.add(name)
+            expr_of[name] = name
+        launcher, arg_names = launchers[step.name]
+        fn = out.bind(step.name, launcher)
+        if any(v.size == 0 for v in step.outer_vars):
+            lines.append(f"    # {fn}: zero-size, skipped")
+            continue
+        ptrs = ", ".join(f"{expr_of[a]}.data_ptr()" for a in arg_names)
+        lines.append(f"    {fn}({ptrs})  # {', '.join(step.fused_ops[:6])}{' ...' if len(step.fused_ops) > 6 else ''}")
+    results = []
+    for value in program.outputs:
+        if isinstance(value, str):
+            results.append(expr_of[value])
+        elif isinstance(value, ir.OutputView):
+            results.append(f"{expr_of[value.base]}.as_strided({value.shape!r}, {value.stride!r}, {value.storage_offset!r})")
+        else:
+            results.append(repr(value) if isinstance(value, (int, float, bool, type(None))) else out.bind("const", value))
+    # functionalized mutation: write the new values back into the caller's tensors
+    for placeholder_index, output_index in graph_extra.get("mutated_inputs", []):
+        lines.append(f"    {param_names[placeholder_index]}.copy_({results[output_index]})")
+    num_user = graph_extra.get("num_user_outputs", len(results))
+    metas = graph_extra.get("_output_metas", [])
+    for output_index, placeholder_index in graph_extra.get("output_aliases", {}).items():
+        meta = metas[output_index] if output_index < len(metas) else None
+        if meta is not None:
+            results[output_index] = (f"{param_names[placeholder_index]}.as_strided({tuple(meta.shape)!r}, "
+                                     f"{tuple(meta.stride)!r}, {meta.storage_offset!r})")
+    returned = results[:num_user]
+    lines.append(f"    return ({''.join(r + ', ' for r in returned)})")
+    return "\n".join(lines) + "\n", out.globals
+
+
+def _is_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:
+    kinds = graph_extra.get("_input_is_tensor")
+    return True if kinds is None else kinds[position]
+
+
+def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], sched: Schedule) -> None:
+    node = step.node
+    fn = out.bind(f"_extern_{getattr(node.fn, '__name__', 'fn')}", node.fn)
+
+    def arg_text(value: Any) -> Any:
+        if isinstance(value, ir.BufferRef):
+            return _Raw(expr_of[value.name])
+        return value
+
+    args = tree_map(arg_text, node.args)
+    kwargs = tree_map(arg_text, node.kwargs)
+    parts = [_py(out, a) for a in args] + [f"{k}={_py(out, v)}" for k, v in kwargs.items()]
+    result = f"{node.name}_result"
+    out.lines.append(f"    {result} = {fn}({', '.join(parts)})  # extern{' at ' + node.source if node.source else ''}")
+    for output in step.outputs:
+        plan = sched.buffers[output.name]
+        source = result if output.item is None else f"{result}[{output.item}]"
+        out.lines.append(f"    {output.name} = {source}")
+        if math.prod(plan.shape) > 1:
+            # kernels index extern results with the strides predicted at compile time: enforce them
+            fix = out.bind("_restride", _restride)
+            out.lines.append(f"    if {output.name}.stride() != {plan.stride!r}: "
+                             f"{output.name} = {fix}({output.name}, {plan.stride!r})")
+        expr_of[output.name] = output.name
+
+
+def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    fixed = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+    fixed.copy_(t)
+    return fixed
+
+
+class _Raw:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _py(out: WrapperSource, value: Any) -> str:
+    if isinstance(value, _Raw):
+        return value.text
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_py(out, v) for v in value)
+        if isinstance(value, list):
+            return f"[{inner}]"
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_py(out, v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f"float({str(value)!r})"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    if isinstance(value, torch.dtype):
+        return str(value)
+    return out.bind("const", value)
+
+
+def compile_wrapper(source: str, globals_: dict[str, Any], filename: str = "<ember wrapper>") -> Callable[..., tuple]:
+    code = compile(source, filename, "exec")
+    exec(code, globals_)
+    return globals_["call"]
+

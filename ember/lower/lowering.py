@@ -1,0 +1,360 @@
+"""Prim graph -> LoopProgram (lower/ir.py).
+
+One loop node per prim that computes something (elementwise -> Pointwise,
+reduction -> Reduction, anything that is not a lowerable Prim -> Extern);
+views produce no node at all: they are index maps applied when a consumer
+loads through them.  Nothing is decided about fusion here (lower/scheduler.py).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+
+from ember.errors import CompileError
+from ember.graph import Graph, Node, TensorMeta, tree_leaves, tree_map
+from ember.lower import ir
+from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
+from ember.prims.primitives import BINARY, UNARY, Prim, is_prim
+
+Loader = Callable[[tuple[Index, ...]], Expr]
+
+
+class TensorValue:
+    """A tensor during lowering: its shape/dtype and how to load element ``idx``."""
+
+    __slots__ = ("shape", "dtype", "loader", "node_name")
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, loader: Loader, node_name: str | None = None):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.loader = loader
+        self.node_name = node_name  # set when this value *is* a loop node (not a view of one)
+
+    def load(self, idx: tuple[Index, ...]) -> Expr:
+        return self.loader(tuple(idx))
+
+
+def lower_graph(graph: Graph, example_inputs: list | None = None) -> ir.LoopProgram:
+    """Translate a prim-level graph into loop nodes (one per computing prim)."""
+    return _Lowering(graph, example_inputs).run()
+
+
+class _Lowering:
+    def __init__(self, graph: Graph, example_inputs: list | None):
+        self.graph = graph
+        self.example_inputs = example_inputs
+        self.nodes: dict[str, ir.LoopNode] = {}
+        self.env: dict[Node, Any] = {}
+
+    # -------------------------------------------------------------- driver
+    def run(self) -> ir.LoopProgram:
+        for position, node in enumerate(self.graph.placeholders):
+            self.env[node] = self.lower_placeholder(node, position)
+        for node in self.graph.call_nodes():
+            try:
+                self.env[node] = self.lower_call(node)
+            except CompileError:
+                raise
+            except Exception as exc:  # never guess: name the op and the user's line
+                raise CompileError(f"cannot lower {node.name}: {type(exc).__name__}: {exc}", stage="lower",
+                                   op=getattr(node.target, "qualified_name", str(node.target)),
+                                   source_line=node.source_line or "") from exc
+        outputs, strides = [], []
+        for value, node in zip(self.graph.outputs, self._output_nodes()):
+            outputs.append(self.lower_output(value, node))
+            meta = node.meta if isinstance(node, Node) else None
+            strides.append(tuple(meta.stride) if isinstance(meta, TensorMeta) else None)
+        return ir.LoopProgram(self.nodes, outputs, strides, len(self.graph.placeholders))
+
+    def _output_nodes(self) -> list[Any]:
+        return list(self.graph.outputs)
+
+    def add(self, node: ir.LoopNode) -> TensorValue:
+        assert node.name not in self.nodes
+        self.nodes[node.name] = node
+        name, dtype = node.name, node.dtype
+        return TensorValue(node.shape, dtype, lambda idx: Load(name, idx, dtype), name)
+
+    def value(self, arg: Any) -> Any:
+        return self.env[arg] if isinstance(arg, Node) else arg
+
+    # -------------------------------------------------------------- inputs
+    def lower_placeholder(self, node: Node, position: int) -> Any:
+        meta = node.meta
+        if not isinstance(meta, TensorMeta):
+            example = self.example_inputs[position] if self.example_inputs else None
+            if isinstance(example, torch.Tensor):
+                meta = TensorMeta.of(example)
+            elif isinstance(example, (int, float, bool)):
+                # runtime Python scalar: the host passes it as a 0-dim tensor
+                dtype = torch.bool if isinstance(example, bool) else torch.int64 if isinstance(example, int) \
+                    else torch.float64
+                return self.add(ir.InputBuffer(node.name, (), dtype, (), 0, position))
+            else:
+                return example
+        return self.add(ir.InputBuffer(node.name, tuple(meta.shape), meta.dtype, tuple(meta.stride),
+                                       int(meta.storage_offset), position))
+
+    # -------------------------------------------------------------- calls
+    def lower_call(self, node: Node) -> Any:
+        target = node.target
+        if target is operator.getitem:
+            container, item = self.value(node.args[0]), node.args[1]
+            return container[item]
+        if is_prim(target) and target.name in _LOWERINGS:
+            return _LOWERINGS[target.name](self, node, *[self.value(a) for a in node.args],
+                                           **{k: self.value(v) for k, v in node.kwargs.items()})
+        return self.lower_extern(node)
+
+    def lower_extern(self, node: Node) -> Any:
+        """Anything without a loop lowering runs eagerly: correct, just not fused."""
+        name = node.name
+        fn = node.target.reference if isinstance(node.target, Prim) else node.target
+        to_ref = lambda v: ir.BufferRef(self.materialize(self.env[v], node).node_name) \
+            if isinstance(v, Node) and isinstance(self.env[v], TensorValue) else self.value(v)  # noqa: E731
+        args, kwargs = tree_map(to_ref, node.args), tree_map(to_ref, node.kwargs)
+        for leaf in tree_leaves((args, kwargs)):
+            if isinstance(leaf, (TensorValue, tuple)) and not isinstance(leaf, ir.BufferRef):
+                raise CompileError("extern argument is a tuple of tensors", stage="lower", op=str(node.target))
+        self.nodes[name] = ir.Extern(name, (), torch.float32, fn, args, kwargs,
+                                     source=node.source_line or "")
+        meta = node.meta
+        if isinstance(meta, TensorMeta):
+            return self.add(ir.ExternOutput(f"{name}_out", tuple(meta.shape), meta.dtype, name, None,
+                                            tuple(meta.stride), int(meta.storage_offset)))
+        if isinstance(meta, (tuple, list)):
+            return tuple(self.add(ir.ExternOutput(f"{name}_out{i}", tuple(m.shape), m.dtype, name, i,
+                                                  tuple(m.stride), int(m.storage_offset)))
+                         if isinstance(m, TensorMeta) else None for i, m in enumerate(meta))
+        raise CompileError("extern without tensor meta", stage="lower", op=str(node.target),
+                           source_line=node.source_line or "")
+
+    def materialize(self, value: TensorValue, node: Node | None = None, name: str | None = None) -> TensorValue:
+        """A value that is a loop node itself (views get a copy node the scheduler may fuse)."""
+        if value.node_name is not None:
+            return value
+        name = name or f"{node.name if node is not None else 'view'}_input{len(self.nodes)}"
+        vars_ = ir.make_vars("x", value.shape)
+        body = value.load(tuple(ir.index(v) for v in vars_))
+        return self.add(ir.Pointwise(name, value.shape, value.dtype, vars_, body, "view copy"))
+
+    def lower_output(self, value: Any, node: Any) -> Any:
+        if not isinstance(node, Node):
+            return value
+        value = self.env[node]
+        if not isinstance(value, TensorValue):
+            return value
+        return self.materialize(value, name=f"{node.name}_output").node_name
+
+    # -------------------------------------------------------------- helpers
+    def pointwise(self, node: Node, shape: tuple[int, ...], dtype: torch.dtype,
+                  body_fn: Callable[[tuple[Index, ...]], Expr]) -> TensorValue:
+        vars_ = ir.make_vars("x", shape)
+        body = body_fn(tuple(ir.index(v) for v in vars_))
+        return self.add(ir.Pointwise(node.name, tuple(shape), dtype, vars_, body, _describe(node)))
+
+
+def _describe(node: Node) -> str:
+    target = getattr(node.target, "qualified_name", getattr(node.target, "__name__", str(node.target)))
+    return f"{target} ({node.name})"
+
+
+def _operand(value: Any, idx: tuple[Index, ...], dtype: torch.dtype) -> Expr:
+    if isinstance(value, TensorValue):
+        expr = value.load(idx[len(idx) - len(value.shape):] if value.shape else ())
+        return expr if value.dtype == dtype else Cast(expr, dtype)
+    if isinstance(value, bool) or dtype == torch.bool:
+        return Const(bool(value), torch.bool)
+    if dtype.is_floating_point:
+        return Const(float(value), dtype)
+    return Const(int(value), dtype)
+
+
+def _meta(node: Node) -> TensorMeta:
+    assert isinstance(node.meta, TensorMeta), f"{node.name} has no tensor meta"
+    return node.meta
+
+
+# =============================================================== elementwise
+def _elementwise(name: str):
+    def lower(self: _Lowering, node: Node, *args: Any, **kwargs: Any) -> TensorValue:
+        meta = _meta(node)
+        tensors = [a for a in args if isinstance(a, TensorValue)]
+        in_dtype = tensors[0].dtype if tensors else meta.dtype
+        return self.pointwise(node, meta.shape, meta.dtype, lambda idx: Op(
+            name, tuple(_operand(a, idx, in_dtype) for a in args), meta.dtype))
+    return lower
+
+
+def _where(self: _Lowering, node: Node, cond: Any, a: Any, b: Any) -> TensorValue:
+    meta = _meta(node)
+    return self.pointwise(node, meta.shape, meta.dtype, lambda idx: Op(
+        "where", (_operand(cond, idx, torch.bool), _operand(a, idx, meta.dtype), _operand(b, idx, meta.dtype)),
+        meta.dtype))
+
+
+def _convert(self: _Lowering, node: Node, x: Any, dtype: torch.dtype) -> TensorValue:
+    meta = _meta(node)
+    return self.pointwise(node, meta.shape, dtype, lambda idx: Cast(_operand(x, idx, x.dtype), dtype))
+
+
+# ===================================================================== views
+def _view(value: TensorValue, shape: tuple[int, ...], index_map: Callable[[tuple[Index, ...]], tuple[Index, ...]],
+          dtype: torch.dtype | None = None) -> TensorValue:
+    base = value
+    return TensorValue(shape, dtype or value.dtype, lambda idx: base.load(index_map(idx)))
+
+
+def _reshape(self: _Lowering, node: Node, x: TensorValue, shape: Any) -> TensorValue:
+    new_shape = tuple(int(s) for s in _meta(node).shape)
+    return _view(x, new_shape, lambda idx: reshape_index(idx, new_shape, x.shape))
+
+
+def reshape_index(idx: tuple[Index, ...], new_shape: tuple[int, ...], old_shape: tuple[int, ...]) -> tuple[Index, ...]:
+    """Map an index of the reshaped tensor to the original, group by group (no division when dims line up)."""
+    out: list[Index] = []
+    i = j = 0
+    while i < len(new_shape) or j < len(old_shape):
+        # take the smallest runs of dims on both sides with equal products
+        gi, gj = [i], [j]
+        pi = new_shape[i] if i < len(new_shape) else 1
+        pj = old_shape[j] if j < len(old_shape) else 1
+        while pi != pj:
+            if pi < pj:
+                i += 1
+                gi.append(i)
+                pi *= new_shape[i]
+            else:
+                j += 1
+                gj.append(j)
+                pj *= old_shape[j]
+        # absorb trailing size-1 dims into the group
+        i, j = i + 1, j + 1
+        new_dims = [d for d in gi if d < len(new_shape)]
+        old_dims = [d for d in gj if d < len(old_shape)]
+        if len(new_dims) == 1 and len(old_dims) == 1:
+            out.append(idx[new_dims[0]])
+        else:
+            flat = ir.linearize([idx[d] for d in new_dims], [new_shape[d] for d in new_dims])
+            out.extend(ir.delinearize(flat, [old_shape[d] for d in old_dims]))
+    return tuple(out[:len(old_shape)])
+
+
+def _permute(self: _Lowering, node: Node, x: TensorValue, dims: Any) -> TensorValue:
+    dims = [int(d) % max(len(x.shape), 1) for d in dims]
+    inverse = [0] * len(dims)
+    for out_pos, in_dim in enumerate(dims):
+        inverse[in_dim] = out_pos
+    return _view(x, tuple(x.shape[d] for d in dims), lambda idx: tuple(idx[inverse[k]] for k in range(len(dims))))
+
+
+def _expand(self: _Lowering, node: Node, x: TensorValue, shape: Any) -> TensorValue:
+    new_shape = tuple(int(s) for s in _meta(node).shape)
+    lead = len(new_shape) - len(x.shape)
+    return _view(x, new_shape, lambda idx: tuple(
+        ir.const_index(0) if x.shape[k] == 1 and new_shape[lead + k] != 1 else idx[lead + k]
+        for k in range(len(x.shape))))
+
+
+def _slice(self: _Lowering, node: Node, x: TensorValue, dim: int, start: int, end: int, step: int = 1) -> TensorValue:
+    new_shape = tuple(int(s) for s in _meta(node).shape)
+    dim = dim % len(x.shape)
+    return _view(x, new_shape, lambda idx: idx[:dim] + (idx[dim] * int(step) + int(start),) + idx[dim + 1:])
+
+
+def _as_strided(self: _Lowering, node: Node, x: TensorValue, size: Any, stride: Any, storage_offset: int = 0) -> TensorValue:
+    meta = _meta(node)
+    size, stride = tuple(int(s) for s in meta.shape), tuple(int(s) for s in meta.stride)
+    offset = int(meta.storage_offset)
+    base = self.nodes.get(x.node_name) if x.node_name else None
+    if isinstance(base, ir.InputBuffer) and base.alias_of is None:
+        # index the input's storage directly, relative to its data pointer
+        storage = self._storage_alias(base)
+        delta = offset - base.storage_offset
+        return _view(storage, size, lambda idx: (sum((i * s for i, s in zip(idx, stride)), ir.const_index(delta)),))
+    # a computed value's storage is its contiguous layout
+    return _view(x, size, lambda idx: ir.delinearize(
+        sum((i * s for i, s in zip(idx, stride)), ir.const_index(offset)), x.shape))
+
+
+def _storage_alias(self: _Lowering, base: ir.InputBuffer) -> TensorValue:
+    name = f"{base.name}_storage"
+    if name not in self.nodes:
+        self.nodes[name] = ir.InputBuffer(name, (1 << 62,), base.dtype, (1,), base.storage_offset, base.position,
+                                          alias_of=base.name)
+    dtype = base.dtype
+    return TensorValue((1 << 62,), dtype, lambda idx: Load(name, idx, dtype))
+
+
+_Lowering._storage_alias = _storage_alias
+
+
+# ================================================================ reductions
+_REDUCTION_NAMES = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
+
+
+def _reduction(self: _Lowering, node: Node, x: TensorValue, dims: Any, reduction_type: str,
+               name: str | None = None, correction: float = 0.0, dtype: torch.dtype | None = None) -> TensorValue:
+    dims = tuple(sorted(int(d) % max(len(x.shape), 1) for d in dims)) if dims is not None else tuple(range(len(x.shape)))
+    kept = [d for d in range(len(x.shape)) if d not in dims]
+    vars_ = ir.make_vars("x", [x.shape[d] for d in kept])
+    rvars = ir.make_vars("r", [x.shape[d] for d in dims])
+    idx: list[Index] = [ir.const_index(0)] * len(x.shape)
+    for d, v in zip(kept, vars_):
+        idx[d] = ir.index(v)
+    for d, v in zip(dims, rvars):
+        idx[d] = ir.index(v)
+    body = x.load(tuple(idx))
+    return self.add(ir.Reduction(name or node.name, tuple(v.size for v in vars_), dtype or x.dtype, vars_, rvars,
+                                 reduction_type, body, float(correction), _describe(node)))
+
+
+def _simple_reduction(prim_name: str):
+    def lower(self: _Lowering, node: Node, x: TensorValue, dims: Any) -> TensorValue:
+        if dims is not None and len(tuple(dims)) == 0:
+            return self.pointwise(node, x.shape, x.dtype, lambda idx: x.load(idx))
+        return _reduction(self, node, x, dims, _REDUCTION_NAMES[prim_name], dtype=_meta(node).dtype)
+    return lower
+
+
+def _arg_reduction(kind: str):
+    def lower(self: _Lowering, node: Node, x: TensorValue, dim: Any = None) -> TensorValue:
+        if dim is None:
+            flat = _view(x, (math.prod(x.shape),), lambda idx: ir.delinearize(idx[0], x.shape) if x.shape else ())
+            return _reduction(self, node, flat, (0,), kind, dtype=torch.int64)
+        if not x.shape:  # 0-dim: the answer is 0
+            return self.pointwise(node, (), torch.int64, lambda idx: Const(0, torch.int64))
+        return _reduction(self, node, x, (dim,), kind, dtype=torch.int64)
+    return lower
+
+
+def _var_mean(self: _Lowering, node: Node, x: TensorValue, dims: Any, correction: float = 0) -> tuple:
+    var = _reduction(self, node, x, dims, "welford_var", f"{node.name}_var", correction)
+    mean = _reduction(self, node, x, dims, "welford_mean", f"{node.name}_mean")
+    return (var, mean)
+
+
+# ================================================================= creation
+def _iota(self: _Lowering, node: Node, length: int, start: int, step: int, dtype: torch.dtype, device: Any) -> TensorValue:
+    return self.pointwise(node, (int(length),), dtype, lambda idx: IndexValue(idx[0] * int(step) + int(start), dtype)
+                          if isinstance(step, int) and isinstance(start, int) else
+                          Op("add", (Op("mul", (IndexValue(idx[0], dtype), Const(step, dtype)), dtype),
+                                     Const(start, dtype)), dtype))
+
+
+def _full(self: _Lowering, node: Node, shape: Any, value: Any, dtype: torch.dtype, device: Any) -> TensorValue:
+    return self.pointwise(node, tuple(_meta(node).shape), dtype, lambda idx: _operand(value, idx, dtype))
+
+
+_LOWERINGS: dict[str, Callable[..., Any]] = {
+    **{name: _elementwise(name) for name in list(UNARY) + list(BINARY)},
+    "where": _where, "convert_element_type": _convert,
+    "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice, "as_strided": _as_strided,
+    "sum": _simple_reduction("sum"), "prod": _simple_reduction("prod"),
+    "amax": _simple_reduction("amax"), "amin": _simple_reduction("amin"),
+    "argmax": _arg_reduction("argmax"), "argmin": _arg_reduction("argmin"), "var_mean": _var_mean,
+    "iota": _iota, "full": _full,
+}

@@ -1,0 +1,486 @@
+"""The scheduler: which loop nodes get a buffer, which are fused into which kernel.
+
+Input: a LoopProgram (lower/ir.py).  Output: a ``Schedule`` = an ordered list of
+``FusedKernel`` and ``ExternCall`` steps plus a ``BufferPlan`` per buffer.
+
+How fusion is decided, in order:
+1. Buffers are forced for graph inputs/outputs, Extern inputs and outputs.
+   Every other Pointwise node is *inlined*: its body is substituted into each
+   consumer's Load (so chains of elementwise ops become one expression).
+2. The remaining "schedulable" nodes (materialized Pointwise + Reductions) are
+   grouped in program order.  A kernel is a loop nest ``for outer: [steps]``
+   where each step is either an inner loop (``for inner: reductions + stores``)
+   or a few stores done once per outer iteration.  A node joins a kernel when
+   its iteration space fits (pointwise [outer] or [outer+inner]; reduction with
+   kept dims = outer and reduced dims = inner) and everything it reads from that
+   kernel is read at the same row it is produced.  So softmax, layer_norm and
+   several reductions over one input (horizontal fusion) are each one kernel.
+3. A Reduction stays in a register when every consumer is in its kernel;
+   otherwise it is stored.
+4. Intermediate buffers whose last reader has run are reused for later
+   buffers of the same numel and dtype.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Union
+
+import torch
+
+from ember.lower import ir
+from ember.lower.ir import Expr, Index, Load, Var
+
+
+@dataclasses.dataclass
+class BufferPlan:
+    """Where a tensor lives.  ``allocation`` names the storage (shared when reused)."""
+
+    name: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    kind: str                     # "input" | "intermediate" | "output" | "extern"
+    storage_offset: int = 0
+    input_position: int | None = None
+    allocation: str = ""
+
+
+@dataclasses.dataclass
+class KernelReduction:
+    name: str
+    reduction_type: str
+    body: Expr                    # over the kernel's outer + inner vars
+    dtype: torch.dtype
+    correction: float = 0.0
+
+
+@dataclasses.dataclass
+class KernelStore:
+    buffer: str
+    index: tuple[Index, ...]      # logical index into the buffer, in kernel vars
+    body: Expr
+
+
+@dataclasses.dataclass
+class LoopStep:
+    """``inner`` True: one loop over the kernel's inner vars; False: once per outer iteration."""
+
+    inner: bool
+    reductions: list[KernelReduction] = dataclasses.field(default_factory=list)
+    stores: list[KernelStore] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class FusedKernel:
+    name: str
+    outer_vars: tuple[Var, ...]
+    inner_vars: tuple[Var, ...]
+    steps: list[LoopStep]
+    reads: list[str]              # materialized buffers read
+    writes: list[str]             # buffers stored
+    local_reductions: list[str]   # reductions kept in registers (Loads of them are not memory reads)
+    bytes_accessed: int
+    flops: int
+    fused_ops: list[str]          # descriptions of the prim ops inside, for comments
+
+    @property
+    def outer_numel(self) -> int:
+        return math.prod(v.size for v in self.outer_vars)
+
+    @property
+    def inner_numel(self) -> int:
+        return math.prod(v.size for v in self.inner_vars)
+
+
+@dataclasses.dataclass
+class ExternCall:
+    node: ir.Extern
+    outputs: list[ir.ExternOutput]
+
+
+Step = Union[FusedKernel, ExternCall]
+
+
+@dataclasses.dataclass
+class Schedule:
+    program: ir.LoopProgram
+    steps: list[Step]
+    buffers: dict[str, BufferPlan]
+
+    @property
+    def kernels(self) -> list[FusedKernel]:
+        return [s for s in self.steps if isinstance(s, FusedKernel)]
+
+    @property
+    def externs(self) -> list[ExternCall]:
+        return [s for s in self.steps if isinstance(s, ExternCall)]
+
+
+# ======================================================================= driver
+def schedule(program: ir.LoopProgram) -> Schedule:
+    """Decide buffers and fusion groups for a LoopProgram."""
+    return _Scheduler(program).run()
+
+
+@dataclasses.dataclass
+class _Group:
+    """A kernel being built: its loop split and members in program order."""
+
+    outer: tuple[int, ...]
+    inner: tuple[int, ...]
+    members: list[str]
+
+
+class _Scheduler:
+    def __init__(self, program: ir.LoopProgram):
+        self.program = program
+        self.nodes = program.nodes
+        self.users = program.users()
+        self.forced = self._forced_buffers()
+        self.inlined: dict[str, Expr] = {}   # node name -> body with inlinable loads expanded
+
+    def _forced_buffers(self) -> set[str]:
+        forced = {name for name, node in self.nodes.items()
+                  if isinstance(node, (ir.InputBuffer, ir.ExternOutput))}
+        for out in self.program.outputs:
+            if isinstance(out, str):
+                forced.add(out)
+            elif isinstance(out, ir.OutputView):
+                forced.add(out.base)
+        for node in self.nodes.values():
+            if isinstance(node, ir.Extern):
+                forced |= node.reads()
+        return forced
+
+    def is_inlined(self, name: str) -> bool:
+        node = self.nodes[name]
+        return isinstance(node, ir.Pointwise) and name not in self.forced
+
+    # ------------------------------------------------------------ inlining
+    def expanded_body(self, name: str) -> Expr:
+        """The node's body with every inlined producer substituted in (memoized)."""
+        if name not in self.inlined:
+            node = self.nodes[name]
+            self.inlined[name] = ir.map_expr(node.body, self._expand_load)
+        return self.inlined[name]
+
+    def _expand_load(self, node: Expr, args: tuple[Expr, ...]) -> Expr:
+        if isinstance(node, Load):
+            idx = tuple(_expand_indirect(i, self) for i in node.index)
+            if self.is_inlined(node.buffer):
+                producer = self.nodes[node.buffer]
+                return ir.substitute(self.expanded_body(node.buffer), dict(zip(producer.vars, idx)))
+            return Load(node.buffer, idx, node.dtype) if idx != node.index else node
+        return ir.replace_children(node, args)
+
+    # ------------------------------------------------------------ grouping
+    def run(self) -> Schedule:
+        groups: list[_Group | ir.Extern] = []
+        where: dict[str, int] = {}          # schedulable/extern name -> position in groups
+        for name, node in self.nodes.items():
+            if isinstance(node, ir.Extern):
+                where[name] = len(groups)
+                groups.append(node)
+            elif isinstance(node, (ir.Pointwise, ir.Reduction)) and not self.is_inlined(name):
+                self._place(name, groups, where)
+        local = self._local_reductions(groups, where)
+        steps = [self._build_kernel(g, i, local) if isinstance(g, _Group) else
+                 ExternCall(g, [n for n in self.nodes.values() if isinstance(n, ir.ExternOutput) and n.extern == g.name])
+                 for i, g in enumerate(groups)]
+        steps = [s for s in steps if not isinstance(s, FusedKernel) or s.steps]
+        for i, step in enumerate(s for s in steps if isinstance(s, FusedKernel)):
+            step.name = f"kernel{i}"
+        buffers = self._plan_buffers(steps, local)
+        return Schedule(self.program, steps, buffers)
+
+    def _deps(self, name: str) -> set[str]:
+        out = set()
+        for ld in ir.loads(self.expanded_body(name)):
+            out.add(ld.buffer)
+        return out
+
+    def _producer_position(self, dep: str, where: dict[str, int]) -> int:
+        node = self.nodes[dep]
+        if isinstance(node, ir.ExternOutput):
+            return where[node.extern]
+        return where.get(dep, -1)          # inputs: -1
+
+    def _place(self, name: str, groups: list, where: dict[str, int]) -> None:
+        node = self.nodes[name]
+        deps = self._deps(name)
+        earliest = max((self._producer_position(d, where) for d in deps), default=-1)
+        for pos in range(len(groups) - 1, max(earliest, 0) - 1, -1):
+            group = groups[pos]
+            if isinstance(group, _Group) and self._fits(group, node, deps, where, pos):
+                group.members.append(name)
+                where[name] = pos
+                return
+        if isinstance(node, ir.Reduction):
+            groups.append(_Group(node.shape, node.reduction_shape, [name]))
+        else:
+            groups.append(_Group(node.shape, (), [name]))
+        where[name] = len(groups) - 1
+
+    def _fits(self, group: _Group, node: ir.LoopNode, deps: set[str], where: dict[str, int], pos: int) -> bool:
+        outer, inner = group.outer, group.inner
+        if isinstance(node, ir.Reduction):
+            if not inner:
+                # a pointwise-only kernel can become a reduction kernel when its stores split exactly
+                if any(self.nodes[m].shape not in (node.shape + node.reduction_shape, node.shape)
+                       for m in group.members):
+                    return False
+                if node.shape + node.reduction_shape != outer and node.shape != outer:
+                    return False
+                new_outer, new_inner = node.shape, node.reduction_shape
+            elif not (node.shape == outer and node.reduction_shape == inner):
+                return False
+            else:
+                new_outer, new_inner = outer, inner
+        else:
+            if node.shape == outer or (inner and node.shape == outer + inner):
+                new_outer, new_inner = outer, inner
+            elif not inner and math.prod(node.shape) == math.prod(outer) and len(node.shape) and \
+                    all(not isinstance(self.nodes[m], ir.Reduction) for m in group.members) and \
+                    len(group.members) and self._flat_compatible(node.shape, outer):
+                new_outer, new_inner = outer, inner
+            else:
+                return False
+        # everything read from this group must be read at the row (and position) it is produced
+        trial = _Group(new_outer, new_inner, group.members)
+        produced = {m for m in group.members}
+        outer_vars, inner_vars = _kernel_vars(trial)
+        body = self._kernel_body(node, outer_vars, inner_vars)
+        for ld in ir.loads(body):
+            if ld.buffer in produced:
+                if ld.index != self._kernel_index(self.nodes[ld.buffer], outer_vars, inner_vars):
+                    return False
+        group.outer, group.inner = new_outer, new_inner
+        return True
+
+    @staticmethod
+    def _flat_compatible(shape: tuple[int, ...], outer: tuple[int, ...]) -> bool:
+        # only allow reshapes where dims group cleanly (keeps index math division-free)
+        return len(shape) == len(outer) or sorted(s for s in shape if s != 1) == sorted(s for s in outer if s != 1)
+
+    # ------------------------------------------------------------ kernel vars
+    def _kernel_index(self, node: ir.LoopNode, outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> tuple[Index, ...]:
+        """The node's own (kept) index expressed in kernel vars."""
+        return _map_shape(node.shape, outer_vars, inner_vars)
+
+    def _kernel_body(self, node: ir.LoopNode, outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> Expr:
+        body = self.expanded_body(node.name)
+        if isinstance(node, ir.Reduction):
+            mapping = dict(zip(node.vars, _map_shape(node.shape, outer_vars, ())))
+            mapping.update(zip(node.reduction_vars, _map_shape(node.reduction_shape, inner_vars, ())))
+        else:
+            mapping = dict(zip(node.vars, _map_shape(node.shape, outer_vars, inner_vars)))
+        return ir.substitute(body, mapping)
+
+    # ------------------------------------------------------------ registers vs buffers
+    def _local_reductions(self, groups: list, where: dict[str, int]) -> set[str]:
+        consumers: dict[str, set[int]] = {}
+        for name, pos in where.items():
+            if isinstance(self.nodes[name], ir.Extern):
+                continue
+            for dep in self._deps(name):
+                consumers.setdefault(dep, set()).add(pos)
+        local = set()
+        for name, pos in where.items():
+            node = self.nodes[name]
+            if isinstance(node, ir.Reduction) and name not in self.forced and consumers.get(name, set()) <= {pos}:
+                local.add(name)
+        return local
+
+    def _build_kernel(self, group: _Group, position: int, local: set[str]) -> FusedKernel:
+        outer_vars, inner_vars = _kernel_vars(group)
+        steps: list[LoopStep] = []
+        pending: list[KernelStore] = []
+        reduced_in_step: dict[str, int] = {}
+        reads: dict[str, None] = {}
+        writes: list[str] = []
+        flops = 0
+        fused: list[str] = []
+        for name in group.members:
+            node = self.nodes[name]
+            body = self._kernel_body(node, outer_vars, inner_vars)
+            for ld in ir.loads(body):
+                if ld.buffer not in local:
+                    reads[ld.buffer] = None
+            fused.extend(self._fused_sources(name))
+            depends_on = {ld.buffer for ld in ir.loads(body)}
+            last_needed = max((reduced_in_step[d] for d in depends_on if d in reduced_in_step), default=-1)
+            is_inner = isinstance(node, ir.Reduction) or (bool(inner_vars) and node.shape != group.outer)
+            if isinstance(node, ir.Reduction) or is_inner:
+                step = steps[-1] if steps and steps[-1].inner and last_needed < len(steps) - 1 else None
+                if step is None:
+                    _flush(steps, pending)
+                    step = LoopStep(True)
+                    steps.append(step)
+            else:
+                _flush(steps, pending)
+                step = steps[-1] if steps and not steps[-1].inner else None
+                if step is None:
+                    step = LoopStep(False)
+                    steps.append(step)
+            iterations = math.prod(group.outer) * (math.prod(group.inner) if is_inner else 1)
+            flops += ir.count_ops(body) * iterations
+            if isinstance(node, ir.Reduction):
+                step.reductions.append(KernelReduction(name, node.reduction_type, body, node.dtype, node.correction))
+                reduced_in_step[name] = steps.index(step)
+                if name not in local:
+                    # stored once per row after this loop ends (deferred so later reductions can share the loop)
+                    index = self._kernel_index(node, outer_vars, ())
+                    pending.append(KernelStore(name, index, Load(name, index, node.dtype)))
+                    writes.append(name)
+            else:
+                index = self._kernel_index(node, outer_vars, inner_vars if is_inner else ())
+                step.stores.append(KernelStore(name, index, body))
+                writes.append(name)
+        _flush(steps, pending)
+        read_list = [r for r in reads if r not in writes]
+        nbytes = sum(self._nbytes(b) for b in read_list) + sum(self._nbytes(b) for b in writes)
+        return FusedKernel(f"kernel{position}", outer_vars, inner_vars, _merge_outer_steps(steps), read_list, writes,
+                           sorted(n for n in group.members if n in local), nbytes, flops, list(dict.fromkeys(fused)))
+
+    def _fused_sources(self, name: str) -> list[str]:
+        """Descriptions of the node and every inlined producer, for the kernel comment."""
+        out: list[str] = []
+        seen: set[str] = set()
+
+        def visit(n: str) -> None:
+            if n in seen:
+                return
+            seen.add(n)
+            node = self.nodes[n]
+            for dep in sorted(node.reads()):
+                if self.is_inlined(dep):
+                    visit(dep)
+            if getattr(node, "source", ""):
+                out.append(node.source)
+        visit(name)
+        return out
+
+    def _nbytes(self, name: str) -> int:
+        node = self.nodes[name]
+        if isinstance(node, ir.InputBuffer) and node.alias_of:
+            node = self.nodes[node.alias_of]
+        return node.numel() * node.dtype.itemsize
+
+    # ------------------------------------------------------------ buffers
+    def _plan_buffers(self, steps: list[Step], local: set[str]) -> dict[str, BufferPlan]:
+        outputs = {out: i for i, out in enumerate(self.program.outputs) if isinstance(out, str)}
+        plans: dict[str, BufferPlan] = {}
+        for name, node in self.nodes.items():
+            if isinstance(node, ir.InputBuffer):
+                plans[name] = BufferPlan(name, node.shape, node.stride, node.dtype, "input", node.storage_offset,
+                                         node.position, node.alias_of or name)
+            elif isinstance(node, ir.ExternOutput):
+                plans[name] = BufferPlan(name, node.shape, node.stride, node.dtype, "extern", node.storage_offset,
+                                         allocation=name)
+        last_use: dict[str, int] = {}
+        for i, step in enumerate(steps):
+            reads = step.reads if isinstance(step, FusedKernel) else step.node.reads()
+            for r in reads:
+                last_use[r] = i
+        free: dict[tuple[int, torch.dtype], list[str]] = {}
+        for i, step in enumerate(steps):
+            if isinstance(step, FusedKernel):
+                for name in step.writes:
+                    node = self.nodes[name]
+                    if name in outputs:
+                        stride = self.program.output_strides[outputs[name]]
+                        if stride is None or not _dense_strides(node.shape, stride):
+                            stride = _contiguous(node.shape)
+                        plans[name] = BufferPlan(name, node.shape, tuple(stride), node.dtype, "output", allocation=name)
+                        continue
+                    key = (node.numel(), node.dtype)
+                    allocation = free[key].pop() if free.get(key) else name
+                    plans[name] = BufferPlan(name, node.shape, _contiguous(node.shape), node.dtype, "intermediate",
+                                             allocation=allocation)
+            # buffers whose last reader was this step can be reused by later steps
+            for name, last in last_use.items():
+                plan = plans.get(name)
+                if last == i and plan is not None and plan.kind == "intermediate":
+                    free.setdefault((math.prod(plan.shape), plan.dtype), []).append(plan.allocation)
+        return plans
+
+
+# ======================================================================= helpers
+def _kernel_vars(group: _Group) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
+    return ir.make_vars("x", group.outer), ir.make_vars("r", group.inner)
+
+
+def _map_shape(shape: tuple[int, ...], outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> tuple[Index, ...]:
+    """Index of a tensor of ``shape`` iterated by the kernel vars (row-major)."""
+    kernel_vars = outer_vars + inner_vars
+    sizes = tuple(v.size for v in kernel_vars)
+    if tuple(shape) == sizes:
+        return tuple(ir.index(v) for v in kernel_vars)
+    if tuple(shape) == sizes[:len(outer_vars)]:
+        return tuple(ir.index(v) for v in outer_vars)
+    flat = ir.linearize([ir.index(v) for v in kernel_vars], sizes)
+    return ir.delinearize(flat, shape)
+
+
+def _flush(steps: list[LoopStep], pending: list[KernelStore]) -> None:
+    if pending:
+        steps.append(LoopStep(False, stores=list(pending)))
+        pending.clear()
+
+
+def _merge_outer_steps(steps: list[LoopStep]) -> list[LoopStep]:
+    out: list[LoopStep] = []
+    for step in steps:
+        if not step.reductions and not step.stores:
+            continue
+        if out and not step.inner and not out[-1].inner:
+            out[-1].stores.extend(step.stores)
+        else:
+            out.append(step)
+    return out
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Non-overlapping and dense (a permutation of a contiguous layout)."""
+    dims = sorted((s, n) for s, n in zip(stride, shape) if n != 1)
+    expected = 1
+    for s, n in dims:
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _expand_indirect(idx: Index, sched: "_Scheduler") -> Index:
+    if not any(isinstance(a, ir.Indirect) for a in idx.atoms()):
+        return idx
+    terms = []
+    for atom, coeff in idx.terms:
+        if isinstance(atom, ir.Indirect):
+            atom = ir.Indirect(ir.map_expr(atom.value, sched._expand_load), atom.size)
+        terms.append((atom, coeff))
+    return Index(terms, idx.const)
+
+
+def describe(sched: Schedule) -> str:
+    """A short human-readable summary of the schedule (for logs and tests)."""
+    lines = []
+    for step in sched.steps:
+        if isinstance(step, ExternCall):
+            lines.append(f"extern {step.node.name}: {getattr(step.node.fn, '__name__', step.node.fn)}")
+        else:
+            passes = ", ".join(("loop" if s.inner else "row") + f"[{len(s.reductions)}r {len(s.stores)}s]"
+                               for s in step.steps)
+            lines.append(f"{step.name}: outer {[v.size for v in step.outer_vars]} inner "
+                         f"{[v.size for v in step.inner_vars]} {passes} writes {step.writes}")
+    return "\n".join(lines)
+

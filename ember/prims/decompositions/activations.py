@@ -1,0 +1,191 @@
+"""Activations and softmax.  Composite math runs in fp32 for fp16/bf16 inputs and is
+rounded once at the end, as eager's fused kernels do."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ember.prims import ops
+from ember.prims.registry import register
+from ember.prims.type_promotion import computation_dtype
+from ember.prims.values import Value
+
+F = torch.nn.functional
+T = torch.Tensor
+
+
+def _in_fp32(fn):
+    """Run fn on the upcast input and cast the result back to the input's dtype."""
+    def wrapper(x: Value, *args: Any, **kwargs: Any) -> Value:
+        return ops.cast(fn(ops.upcast(x), *args, **kwargs), x.dtype)
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+@register(torch.relu, T.relu, F.relu, inplace_kw="inplace")
+def relu(x: Value, inplace: bool = False) -> Value:
+    return ops.where(ops.le(x, 0), ops._python_scalar(0, x.dtype), x) if x.dtype != torch.bool else x
+
+
+@register(F.relu6, inplace_kw="inplace")
+def relu6(x: Value, inplace: bool = False) -> Value:
+    return hardtanh(x, 0.0, 6.0)
+
+
+@register(F.hardtanh, inplace_kw="inplace")
+def hardtanh(x: Value, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Value:
+    return ops.cast(ops.minimum(ops.maximum(x, min_val), max_val), x.dtype)
+
+
+@register(F.leaky_relu, inplace_kw="inplace")
+def leaky_relu(x: Value, negative_slope: float = 0.01, inplace: bool = False) -> Value:
+    return ops.where(ops.gt(x, 0), x, ops.cast(x * negative_slope, x.dtype))
+
+
+@register(F.elu, inplace_kw="inplace")
+@_in_fp32
+def elu(x: Value, alpha: float = 1.0, inplace: bool = False) -> Value:
+    return ops.where(ops.gt(x, 0), x, ops.expm1(x) * alpha)
+
+
+@register(F.selu, torch.selu, inplace_kw="inplace")
+@_in_fp32
+def selu(x: Value, inplace: bool = False) -> Value:
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    return ops.where(ops.gt(x, 0), x, ops.expm1(x) * alpha) * scale
+
+
+@register(F.celu, torch.celu, inplace_kw="inplace")
+@_in_fp32
+def celu(x: Value, alpha: float = 1.0, inplace: bool = False) -> Value:
+    return ops.where(ops.gt(x, 0), x, ops.expm1(x / alpha) * alpha)
+
+
+@register(F.gelu)
+@_in_fp32
+def gelu(x: Value, approximate: str = "none") -> Value:
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+        return x * 0.5 * (ops.tanh(inner) + 1.0)
+    return x * 0.5 * (ops.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+
+
+@register(F.silu, inplace_kw="inplace")
+@_in_fp32
+def silu(x: Value, inplace: bool = False) -> Value:
+    return x * ops.sigmoid(x)
+
+
+@register(F.mish, inplace_kw="inplace")
+@_in_fp32
+def mish(x: Value, inplace: bool = False) -> Value:
+    return x * ops.tanh(softplus(x))
+
+
+@register(F.sigmoid)
+def sigmoid(x: Value) -> Value:
+    return ops.sigmoid(x)
+
+
+@register(F.tanh)
+def tanh(x: Value) -> Value:
+    return ops.tanh(x)
+
+
+@register(F.softplus)
+@_in_fp32
+def softplus(x: Value, beta: float = 1.0, threshold: float = 20.0) -> Value:
+    scaled = x * beta if beta != 1 else x
+    return ops.where(ops.gt(scaled, threshold), x, ops.log1p(ops.exp(scaled)) / beta if beta != 1
+                     else ops.log1p(ops.exp(scaled)))
+
+
+@register(F.hardswish, inplace_kw="inplace")
+@_in_fp32
+def hardswish(x: Value, inplace: bool = False) -> Value:
+    return x * ops.minimum(ops.maximum(x + 3.0, 0.0), 6.0) / 6.0
+
+
+@register(F.hardsigmoid, inplace_kw="inplace")
+@_in_fp32
+def hardsigmoid(x: Value, inplace: bool = False) -> Value:
+    return ops.minimum(ops.maximum(x + 3.0, 0.0), 6.0) / 6.0
+
+
+@register(F.logsigmoid)
+@_in_fp32
+def logsigmoid(x: Value) -> Value:
+    # -softplus(-x) written to stay finite for large |x|
+    return ops.minimum(x, 0.0) - ops.log1p(ops.exp(-ops.abs(x)))
+
+
+@register(F.softsign)  # eager: two bf16 ops, no upcast
+def softsign(x: Value) -> Value:
+    return x / (ops.abs(x) + 1.0)
+
+
+@register(F.tanhshrink)
+def tanhshrink(x: Value) -> Value:
+    return x - ops.tanh(x)
+
+
+@register(F.threshold, torch.threshold, inplace_kw="inplace")
+def threshold(x: Value, threshold: float, value: float, inplace: bool = False) -> Value:
+    return ops.cast(ops.where(ops.le(x, threshold), value, x), x.dtype)
+
+
+@register(F.hardshrink, torch.hardshrink, T.hardshrink)
+def hardshrink(x: Value, lambd: float = 0.5) -> Value:
+    return ops.where(ops.le(ops.abs(x), lambd), ops._python_scalar(0, x.dtype), x)
+
+
+@register(F.softshrink)
+def softshrink(x: Value, lambd: float = 0.5) -> Value:
+    shrunk = ops.where(ops.gt(x, lambd), x - lambd, ops.where(ops.lt(x, -lambd), x + lambd, 0.0))
+    return ops.cast(shrunk, x.dtype)
+
+
+@register(F.glu)
+def glu(x: Value, dim: int = -1) -> Value:
+    dim = ops.normalize_dim(dim, x.ndim)
+    half = x.shape[dim] // 2
+    return ops.slice_dim(x, dim, 0, half) * ops.sigmoid(ops.slice_dim(x, dim, half, x.shape[dim]))
+
+
+# ---------------------------------------------------------------------- softmax
+def _softmax_dim(x: Value, dim: Any) -> int:
+    if dim is None:  # F.softmax's legacy implicit dim
+        dim = 0 if x.ndim in (0, 1, 3) else 1
+    return ops.normalize_dim(dim, x.ndim)
+
+
+def _shifted(x: Value, dim: Any, dtype: torch.dtype | None) -> tuple[Value, int, torch.dtype]:
+    if dtype is not None:
+        x = ops.cast(x, dtype)
+    out_dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    x = ops.cast(x, computation_dtype(out_dtype))
+    dim = _softmax_dim(x, dim)
+    if x.ndim == 0 or x.shape[dim] == 0:
+        return x - x, dim, out_dtype
+    largest = ops.amax(x, dim, keepdim=True)
+    largest = ops.where(ops.isinf(largest), 0.0, largest)  # keeps an all -inf row NaN-free like eager
+    return x - largest, dim, out_dtype
+
+
+@register(F.softmax, torch.softmax, T.softmax, torch.special.softmax)
+def softmax(x: Value, dim: Any = None, _stacklevel: int = 3, dtype: torch.dtype | None = None) -> Value:
+    dtype = _stacklevel if isinstance(_stacklevel, torch.dtype) else dtype  # torch.softmax(x, dim, dtype)
+    shifted, dim, out_dtype = _shifted(x, dim, dtype)
+    exps = ops.exp(shifted)
+    total = ops.sum(exps, dim, keepdim=True) if x.ndim else exps
+    return ops.cast(exps / total, out_dtype)
+
+
+@register(F.log_softmax, torch.log_softmax, T.log_softmax, torch.special.log_softmax)
+def log_softmax(x: Value, dim: Any = None, _stacklevel: int = 3, dtype: torch.dtype | None = None) -> Value:
+    dtype = _stacklevel if isinstance(_stacklevel, torch.dtype) else dtype
+    shifted, dim, out_dtype = _shifted(x, dim, dtype)
+    total = ops.sum(ops.exp(shifted), dim, keepdim=True) if x.ndim else ops.exp(shifted)
+    return ops.cast(shifted - ops.log(total), out_dtype)

@@ -1,0 +1,133 @@
+"""Tensor creation: full/zeros/ones/empty(+_like, new_*), arange, eye, tril/triu."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from ember.prims import ops
+from ember.prims.registry import register
+from ember.prims.type_promotion import default_dtype_for_category, scalar_category
+from ember.prims.values import Value, is_tensor
+
+T = torch.Tensor
+
+
+def _shape(size: Sequence[Any]) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _device(device: Any) -> torch.device:
+    return torch.device(device) if device is not None else torch.device("cpu")
+
+
+def _filled(value: Any):
+    def create(*size: Any, dtype: torch.dtype | None = None, device: Any = None, layout: Any = None,
+               pin_memory: bool = False, requires_grad: bool = False, memory_format: Any = None,
+               out: Any = None, names: Any = None) -> Value:
+        return ops.full(_shape(size), value, dtype or torch.get_default_dtype(), _device(device))
+    return create
+
+
+register(torch.zeros)(_filled(0))
+register(torch.ones)(_filled(1))
+register(torch.empty)(_filled(0))  # contents are unspecified; zeros are a valid choice
+
+
+@register(torch.full)
+def full(size: Sequence[Any], fill_value: Any, *, dtype: torch.dtype | None = None, device: Any = None,
+         layout: Any = None, pin_memory: bool = False, requires_grad: bool = False) -> Value:
+    if dtype is None:
+        dtype = default_dtype_for_category(scalar_category(fill_value))
+    return ops.full(tuple(size), fill_value, dtype, _device(device))
+
+
+def _like(value: Any):
+    def create(x: Value, *args: Any, dtype: torch.dtype | None = None, device: Any = None, layout: Any = None,
+               pin_memory: bool = False, requires_grad: bool = False, memory_format: Any = None) -> Value:
+        fill = args[0] if value is None else value
+        return ops.full(x.shape, fill, dtype or x.dtype, device or x.device)
+    return create
+
+
+register(torch.zeros_like)(_like(0))
+register(torch.ones_like)(_like(1))
+register(torch.empty_like)(_like(0))
+register(torch.full_like)(_like(None))
+
+
+def _new(value: Any):
+    def create(x: Value, *size: Any, dtype: torch.dtype | None = None, device: Any = None, layout: Any = None,
+               pin_memory: bool = False, requires_grad: bool = False) -> Value:
+        return ops.full(_shape(size), value, dtype or x.dtype, device or x.device)
+    return create
+
+
+register(T.new_zeros)(_new(0))
+register(T.new_ones)(_new(1))
+register(T.new_empty)(_new(0))
+
+
+@register(T.new_full)
+def new_full(x: Value, size: Sequence[Any], fill_value: Any, *, dtype: torch.dtype | None = None,
+             device: Any = None, layout: Any = None, pin_memory: bool = False, requires_grad: bool = False) -> Value:
+    return ops.full(tuple(size), fill_value, dtype or x.dtype, device or x.device)
+
+
+@register(torch.scalar_tensor)
+def scalar_tensor(value: Any, *, dtype: torch.dtype | None = None, device: Any = None, layout: Any = None,
+                  pin_memory: bool = False, requires_grad: bool = False) -> Value:
+    return ops.full((), value, dtype or torch.get_default_dtype(), _device(device))
+
+
+@register(torch.arange)
+def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: torch.dtype | None = None, device: Any = None,
+           layout: Any = None, pin_memory: bool = False, requires_grad: bool = False, out: Any = None) -> Value:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        floating = any(isinstance(v, float) for v in (start, end, step))
+        dtype = torch.get_default_dtype() if floating else torch.int64
+    if all(isinstance(v, int) for v in (start, end, step)):
+        length = max(0, -(-(end - start) // step))
+    else:
+        length = max(0, math.ceil((end - start) / step))
+    if dtype.is_floating_point or isinstance(start, float) or isinstance(step, float):
+        # eager computes start + i * step in double precision, then rounds once
+        positions = ops.iota(length, 0, 1, torch.int64, _device(device))
+        values = ops.cast(positions, torch.float64) * float(step) + float(start)
+        return ops.cast(values, dtype)
+    return ops.iota(length, start, step, dtype, _device(device))
+
+
+@register(torch.eye)
+def eye(n: int, m: int | None = None, *, dtype: torch.dtype | None = None, device: Any = None,
+        layout: Any = None, pin_memory: bool = False, requires_grad: bool = False) -> Value:
+    m = n if m is None else m
+    rows = ops.reshape(ops.iota(n, 0, 1, torch.int64, _device(device)), (n, 1))
+    cols = ops.reshape(ops.iota(m, 0, 1, torch.int64, _device(device)), (1, m))
+    return ops.cast(ops.eq(rows, cols), dtype or torch.get_default_dtype())
+
+
+def _triangle_mask(x: Value, diagonal: int, lower: bool) -> Value:
+    rows, cols = x.shape[-2], x.shape[-1]
+    row = ops.reshape(ops.iota(rows, 0, 1, torch.int64, x.device), (rows, 1))
+    col = ops.reshape(ops.iota(cols, 0, 1, torch.int64, x.device), (1, cols))
+    offset = col - row
+    return ops.le(offset, diagonal) if lower else ops.ge(offset, diagonal)
+
+
+@register(torch.tril, T.tril)
+def tril(x: Value, diagonal: int = 0) -> Value:
+    return ops.where(_triangle_mask(x, diagonal, True), x, ops._python_scalar(0, x.dtype))
+
+
+@register(torch.triu, T.triu)
+def triu(x: Value, diagonal: int = 0) -> Value:
+    return ops.where(_triangle_mask(x, diagonal, False), x, ops._python_scalar(0, x.dtype))
+
+
+_ = is_tensor

@@ -1,0 +1,373 @@
+"""Elementwise math, comparisons, casts, clamp/lerp/addcmul and friends."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+
+from ember.prims import ops
+from ember.prims.registry import register
+from ember.prims.type_promotion import Promotion, computation_dtype
+from ember.prims.values import Value, is_tensor
+
+T = torch.Tensor
+special = torch.special
+
+
+def _opmath(fn):
+    """Compute in fp32 when the first operand is fp16/bf16 and round once, as eager's kernels do."""
+    def wrapper(x: Value, *args: Any, **kwargs: Any) -> Value:
+        if not is_tensor(x) or x.dtype not in (torch.float16, torch.bfloat16):
+            return fn(x, *args, **kwargs)
+        up = lambda v: ops.upcast(v) if is_tensor(v) and v.dtype == x.dtype else v  # noqa: E731
+        return ops.cast(fn(ops.upcast(x), *[up(a) for a in args], **kwargs), x.dtype)
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+# ------------------------------------------------------------------ unary math
+_UNARY_ALIASES = {
+    "neg": [torch.negative, T.negative, operator.neg, T.__neg__],
+    "abs": [torch.absolute, T.absolute, operator.abs, T.__abs__],
+    "asin": [torch.arcsin, T.arcsin], "acos": [torch.arccos, T.arccos], "atan": [torch.arctan, T.arctan],
+    "asinh": [torch.arcsinh, T.arcsinh], "acosh": [torch.arccosh, T.arccosh],
+    "atanh": [torch.arctanh, T.arctanh],
+    "sigmoid": [special.expit], "exp2": [special.exp2], "expm1": [special.expm1], "log1p": [special.log1p],
+    "erf": [special.erf], "erfc": [special.erfc], "erfinv": [special.erfinv], "trunc": [torch.fix, T.fix],
+    "bitwise_not": [operator.invert, T.__invert__],
+}
+for _name in ["neg", "abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt",
+              "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+              "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "floor", "ceil", "trunc",
+              "sign", "signbit", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"]:
+    register(getattr(torch, _name), getattr(T, _name), *_UNARY_ALIASES.get(_name, []))(getattr(ops, _name))
+
+
+@register(torch.round, T.round)
+def round_(x: Value, *, decimals: int = 0) -> Value:
+    if decimals == 0:
+        return ops.round(x)
+    scale = 10.0 ** decimals
+    return ops.round(x * scale) / scale
+
+
+@register(torch.square, T.square)
+def square(x: Value) -> Value:
+    return ops.mul(ops.cast(x, torch.int64) if x.dtype == torch.bool else x, x)
+
+
+@register(torch.positive, T.positive, operator.pos, T.__pos__)
+def positive(x: Value) -> Value:
+    return x
+
+
+@register(torch.frac, T.frac)
+def frac(x: Value) -> Value:
+    return x - ops.trunc(x)
+
+
+@register(torch.deg2rad, T.deg2rad)
+def deg2rad(x: Value) -> Value:
+    return ops.mul(x, math.pi / 180.0) if x.dtype.is_floating_point else ops.mul(ops.cast(x, torch.float32),
+                                                                                  math.pi / 180.0)
+
+
+@register(torch.rad2deg, T.rad2deg)
+def rad2deg(x: Value) -> Value:
+    return ops.mul(x, 180.0 / math.pi) if x.dtype.is_floating_point else ops.mul(ops.cast(x, torch.float32),
+                                                                                  180.0 / math.pi)
+
+
+@register(torch.sinc, T.sinc, special.sinc)
+@_opmath
+def sinc(x: Value) -> Value:
+    x = ops.cast(x, torch.get_default_dtype()) if not x.dtype.is_floating_point else x
+    pix = x * math.pi
+    return ops.where(ops.eq(x, 0), 1.0, ops.sin(pix) / pix)
+
+
+@register(torch.logit, T.logit, special.logit)
+@_opmath
+def logit(x: Value, eps: float | None = None) -> Value:
+    if eps is not None:
+        x = clamp(x, eps, 1 - eps)
+    return ops.log(x / (1 - x))
+
+
+@register(torch.xlogy, T.xlogy, special.xlogy)
+def xlogy(x: Any, y: Any) -> Value:
+    result = ops.mul(x, ops.log(y)) if not is_tensor(y) or y.dtype.is_floating_point else \
+        ops.mul(x, ops.log(ops.cast(y, torch.get_default_dtype())))
+    result = ops.where(ops.eq(x, 0), 0.0, result)
+    return ops.where(ops.isnan(y), float("nan"), result)
+
+
+@register(torch.nan_to_num, T.nan_to_num)
+def nan_to_num(x: Value, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Value:
+    if not x.dtype.is_floating_point:
+        return x
+    info = torch.finfo(x.dtype)
+    x = ops.where(ops.isnan(x), nan, x)
+    x = ops.where(ops.logical_and(ops.isinf(x), ops.gt(x, 0)), info.max if posinf is None else posinf, x)
+    return ops.where(ops.logical_and(ops.isinf(x), ops.lt(x, 0)), info.min if neginf is None else neginf, x)
+
+
+# ----------------------------------------------------------------- binary math
+@register(torch.add, T.add, operator.add, T.__add__, T.__radd__)
+def add(x: Any, other: Any, *, alpha: Any = 1) -> Any:
+    if alpha != 1:
+        other = ops.mul(other, alpha)
+    return ops.add(x, other)
+
+
+@register(torch.sub, T.sub, torch.subtract, T.subtract, operator.sub, T.__sub__)
+def sub(x: Any, other: Any, *, alpha: Any = 1) -> Any:
+    if alpha != 1:
+        other = ops.mul(other, alpha)
+    return ops.sub(x, other)
+
+
+@register(torch.rsub, T.__rsub__)
+def rsub(x: Any, other: Any, *, alpha: Any = 1) -> Any:
+    return sub(other, x, alpha=alpha)
+
+
+@register(torch.mul, T.mul, torch.multiply, T.multiply, operator.mul, T.__mul__, T.__rmul__)
+def mul(x: Any, other: Any) -> Any:
+    return ops.mul(x, other)
+
+
+@register(torch.div, T.div, torch.divide, T.divide, torch.true_divide, T.true_divide, operator.truediv,
+          T.__truediv__)
+def div(x: Any, other: Any, *, rounding_mode: str | None = None) -> Any:
+    if rounding_mode is None:
+        return ops.div(x, other)
+    if rounding_mode == "floor":
+        return ops.floor_divide(x, other)
+    result_dtype = ops.elementwise_dtypes([ops._operand_tier(x), ops._operand_tier(other)],
+                                          Promotion.DEFAULT)[1]
+    if result_dtype.is_floating_point:
+        return ops.trunc(ops.div(x, other))
+    # integer division rounding toward zero: floor division, then fix the negative quotients
+    quotient = ops.floor_divide(x, other)
+    inexact = ops.ne(ops.remainder(x, other), 0)
+    negative = ops.ne(ops.lt(x, 0), ops.lt(other, 0))
+    return ops.where(ops.logical_and(inexact, negative), quotient + 1, quotient)
+
+
+@register(T.__rtruediv__)
+def rtruediv(x: Value, other: Any) -> Any:
+    return ops.div(other, x)
+
+
+@register(torch.floor_divide, T.floor_divide, operator.floordiv, T.__floordiv__)
+def floor_divide(x: Any, other: Any) -> Any:
+    return ops.floor_divide(x, other)
+
+
+@register(T.__rfloordiv__)
+def rfloordiv(x: Value, other: Any) -> Any:
+    return ops.floor_divide(other, x)
+
+
+@register(torch.remainder, T.remainder, operator.mod, T.__mod__)
+def remainder(x: Any, other: Any) -> Any:
+    return ops.remainder(x, other)
+
+
+@register(T.__rmod__)
+def rmod(x: Value, other: Any) -> Any:
+    return ops.remainder(other, x)
+
+
+@register(torch.fmod, T.fmod)
+def fmod(x: Any, other: Any) -> Any:
+    return ops.fmod(x, other)
+
+
+@register(torch.pow, T.pow, operator.pow, T.__pow__)
+def pow_(x: Any, exponent: Any) -> Any:
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and is_tensor(x):
+        if exponent == 1:
+            return ops.cast(x, ops.elementwise_dtypes([ops._operand_tier(x), ("scalar", exponent)],
+                                                      Promotion.DEFAULT)[1])
+        if exponent == 2 and x.dtype != torch.bool:
+            return ops.mul(x, x)  # what every backend wants to see
+        if exponent == 0.5 and x.dtype.is_floating_point:
+            return ops.sqrt(x)
+    return ops.pow(x, exponent)
+
+
+@register(T.__rpow__)
+def rpow(x: Value, other: Any) -> Any:
+    return ops.pow(other, x)
+
+
+@register(torch.float_power, T.float_power)
+def float_power(x: Any, exponent: Any) -> Any:
+    return ops.pow(ops.cast(x, torch.float64), ops.cast(exponent, torch.float64))
+
+
+@register(torch.maximum, T.maximum, torch.max_other if hasattr(torch, "max_other") else None)
+def maximum(x: Value, other: Value) -> Value:
+    return ops.maximum(x, other)
+
+
+@register(torch.minimum, T.minimum)
+def minimum(x: Value, other: Value) -> Value:
+    return ops.minimum(x, other)
+
+
+@register(torch.fmax, T.fmax)
+def fmax(x: Value, other: Value) -> Value:
+    both = ops.maximum(x, other)
+    return ops.where(ops.isnan(x), other, ops.where(ops.isnan(other), x, both))
+
+
+@register(torch.fmin, T.fmin)
+def fmin(x: Value, other: Value) -> Value:
+    both = ops.minimum(x, other)
+    return ops.where(ops.isnan(x), other, ops.where(ops.isnan(other), x, both))
+
+
+for _name, _extra in {
+    "atan2": [torch.arctan2, T.arctan2], "hypot": [], "copysign": [],
+    "eq": [operator.eq, T.__eq__], "ne": [operator.ne, T.__ne__, torch.not_equal, T.not_equal],
+    "lt": [operator.lt, T.__lt__, torch.less, T.less], "le": [operator.le, T.__le__, torch.less_equal,
+                                                           T.less_equal],
+    "gt": [operator.gt, T.__gt__, torch.greater, T.greater],
+    "ge": [operator.ge, T.__ge__, torch.greater_equal, T.greater_equal],
+    "logical_and": [], "logical_or": [], "logical_xor": [],
+    "bitwise_and": [operator.and_, T.__and__, T.__rand__], "bitwise_or": [operator.or_, T.__or__, T.__ror__],
+    "bitwise_xor": [operator.xor, T.__xor__, T.__rxor__],
+    "bitwise_left_shift": [operator.lshift, T.__lshift__],
+    "bitwise_right_shift": [operator.rshift, T.__rshift__],
+}.items():
+    register(getattr(torch, _name), getattr(T, _name), *_extra)(getattr(ops, _name))
+
+
+# ----------------------------------------------------------- ternary and clamps
+@register(torch.where, T.where)
+def where(condition: Value, x: Any = None, other: Any = None) -> Any:
+    if x is None and other is None:
+        return ops.extern(torch.where, condition)  # the 1-arg form is nonzero: data-dependent shape
+    return ops.where(condition, x, other)
+
+
+@register(torch.clamp, T.clamp, torch.clip, T.clip)
+def clamp(x: Value, min: Any = None, max: Any = None) -> Value:  # noqa: A002
+    # NaN in x propagates (maximum/minimum propagate NaN); a bound keeps x's dtype unless it promotes
+    result = x
+    if min is not None:
+        result = ops.maximum(result, min)
+    if max is not None:
+        result = ops.minimum(result, max)
+    return result
+
+
+@register(torch.clamp_min, T.clamp_min)
+def clamp_min(x: Value, min: Any) -> Value:  # noqa: A002
+    return clamp(x, min=min)
+
+
+@register(torch.clamp_max, T.clamp_max)
+def clamp_max(x: Value, max: Any) -> Value:  # noqa: A002
+    return clamp(x, max=max)
+
+
+@register(torch.lerp, T.lerp)
+@_opmath
+def lerp(start: Value, end: Value, weight: Any) -> Value:
+    # the two-sided formula eager uses, exact at weight 0 and 1
+    diff = end - start
+    small = ops.lt(ops.abs(weight), 0.5) if is_tensor(weight) else abs(weight) < 0.5
+    return ops.where(small, start + weight * diff, end - diff * (1 - weight))
+
+
+@register(torch.addcmul, T.addcmul)
+@_opmath
+def addcmul(x: Value, tensor1: Value, tensor2: Value, *, value: Any = 1) -> Value:
+    return x + ops.mul(value, tensor1 * tensor2) if value != 1 else x + tensor1 * tensor2
+
+
+@register(torch.addcdiv, T.addcdiv)
+@_opmath
+def addcdiv(x: Value, tensor1: Value, tensor2: Value, *, value: Any = 1) -> Value:
+    return x + ops.mul(value, tensor1 / tensor2) if value != 1 else x + tensor1 / tensor2
+
+
+@register(torch.masked_fill, T.masked_fill)
+def masked_fill(x: Value, mask: Value, value: Any) -> Value:
+    if is_tensor(value):
+        value = ops.cast(value, x.dtype)
+    else:
+        value = ops._python_scalar(value, x.dtype)
+    return ops.cast(ops.where(mask, value, x), x.dtype)
+
+
+# ------------------------------------------------------------------------ casts
+_CAST_METHODS = {T.float: torch.float32, T.double: torch.float64, T.half: torch.float16,
+                 T.bfloat16: torch.bfloat16, T.int: torch.int32, T.long: torch.int64, T.short: torch.int16,
+                 T.char: torch.int8, T.byte: torch.uint8, T.bool: torch.bool}
+
+
+def _cast_method(dtype: torch.dtype):
+    def cast_method(x: Value, memory_format: Any = None) -> Value:
+        return ops.cast(x, dtype)  # same dtype: eager returns self (an alias)
+    return cast_method
+
+
+for _method, _dtype in _CAST_METHODS.items():
+    register(_method, view=True)(_cast_method(_dtype))
+
+
+@register(T.to, view=True)
+def to(x: Value, *args: Any, **kwargs: Any) -> Any:
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    for arg in args:
+        if isinstance(arg, torch.dtype):
+            dtype = arg
+        elif isinstance(arg, (str, torch.device)):
+            device = torch.device(arg)
+        elif is_tensor(arg):
+            dtype, device = arg.dtype, arg.device
+    if device is not None and torch.device(device) != x.device:
+        return ops.extern(T.to, x, *args, **kwargs)
+    result = ops.cast(x, dtype) if dtype is not None else x
+    if kwargs.get("copy") and result is x:
+        result = ops.clone(x)
+    return result
+
+
+@register(T.type, view=True)
+def type_(x: Value, dtype: Any = None, non_blocking: bool = False) -> Any:
+    if dtype is None:
+        return ops.extern(T.type, x)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.split(".")[-1].replace("Tensor", "").lower(), None) or dtype
+    return ops.cast(x, dtype)
+
+
+@register(T.type_as, view=True)
+def type_as(x: Value, other: Value) -> Value:
+    return ops.cast(x, other.dtype)
+
+
+@register(torch.clone, T.clone)
+def clone(x: Value, *, memory_format: Any = None) -> Value:
+    return x  # values are immutable here; the output step copies if it must
+
+
+@register(T.contiguous, view=True)
+def contiguous(x: Value, memory_format: Any = torch.contiguous_format) -> Value:
+    # eager returns self when already contiguous (an alias) and a fresh copy otherwise
+    return x if x.meta.is_contiguous() else ops.clone(x)
+
+
+@register(T.detach, torch.detach, T.requires_grad_, view=True)
+def detach(x: Value, *args: Any) -> Value:
+    return x
+
+
+_ = computation_dtype

@@ -1,0 +1,216 @@
+"""Indexing: x[idx] (getitem), x[idx] = v (setitem), gather/scatter/index_select,
+index_put, embedding.
+
+`x[idx]` is split into a basic part (ints -> select, slices, None, Ellipsis: views)
+followed by one advanced `index` prim for the tensor indices, as PyTorch does.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence
+
+import torch
+
+from ember.prims import ops
+from ember.prims import primitives as P
+from ember.prims.registry import register
+from ember.prims.values import Value, is_tensor
+
+T = torch.Tensor
+F = torch.nn.functional
+
+
+class _NeedsExtern(Exception):
+    """An index this decomposition does not cover (bool masks, lists): run it eagerly."""
+
+
+def _basic_then_advanced(x: Value, index: Any) -> tuple[Value, list[tuple[int, Value]]]:
+    """Apply ints/slices/None/Ellipsis as views; return the view and the tensor indices by dim."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    for item in items:
+        if isinstance(item, bool) or (is_tensor(item) and item.dtype in (torch.bool, torch.uint8)) \
+                or isinstance(item, (list, Value)) and not is_tensor(item):
+            raise _NeedsExtern
+    consumed = sum(0 if item is None or item is Ellipsis else 1 for item in items)
+    if Ellipsis in [i for i in items if not is_tensor(i)]:
+        position = next(n for n, item in enumerate(items) if item is Ellipsis and not is_tensor(item))
+        items[position:position + 1] = [slice(None)] * (x.ndim - consumed)
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    result, dim, advanced = x, 0, []
+    for item in items:
+        if item is None:
+            result = ops.unsqueeze(result, dim)
+            dim += 1
+        elif isinstance(item, int):
+            result = ops.select(result, dim, item)
+        elif isinstance(item, slice):
+            step = 1 if item.step is None else item.step
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            result = ops.slice_dim(result, dim, item.start, item.stop, step)
+            dim += 1
+        elif is_tensor(item):
+            advanced.append((dim, item))
+            dim += 1
+        else:
+            raise _NeedsExtern
+    return result, advanced
+
+
+def _index_list(x: Value, advanced: list[tuple[int, Value]]) -> list[Any]:
+    """Full-length index list (None = not indexed) with negative indices wrapped."""
+    indices: list[Any] = [None] * x.ndim
+    for dim, index in advanced:
+        index = ops.cast(index, torch.int64)
+        indices[dim] = ops.where(ops.lt(index, 0), index + x.shape[dim], index)
+    while indices and indices[-1] is None:
+        indices.pop()
+    return indices
+
+
+@register(operator.getitem, T.__getitem__, view=True)
+def getitem(x: Any, index: Any) -> Any:
+    if not is_tensor(x):
+        return x[index]  # a tuple of results (split, max(dim) ...)
+    try:
+        view, advanced = _basic_then_advanced(x, index)
+    except _NeedsExtern:
+        return ops.extern(operator.getitem, x, index)
+    if not advanced:
+        return view
+    return ops.emit(P.index, view, _index_list(view, advanced))
+
+
+@register(operator.setitem, T.__setitem__)
+def setitem(x: Value, index: Any, value: Any) -> None:
+    try:
+        view, advanced = _basic_then_advanced(x, index)
+    except _NeedsExtern:
+        ops.mutate(x, ops.extern(_functional_setitem, x, index, value))
+        return None
+    if not advanced:
+        ops.mutate(view, _as_values(value, view.shape, view.dtype, view.device), base=x)
+        return None
+    indices = _index_list(view, advanced)
+    target_meta = P.index.infer_meta(view.meta, [i.meta if i is not None else None for i in indices])
+    values = _as_values(value, target_meta.shape, view.dtype, view.device)
+    ops.mutate(view, ops.emit(P.index_put, view, indices, values, False), base=x)
+    return None
+
+
+def _as_values(value: Any, shape: Sequence[Any], dtype: torch.dtype, device: torch.device) -> Value:
+    if not is_tensor(value):
+        return ops.full(shape, value, dtype, device)
+    return ops.expand_to(ops.cast(value, dtype), shape)
+
+
+def _functional_setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
+    out = x.clone()
+    out[index] = value
+    return out
+
+
+@register(torch.index_put, T.index_put)
+def index_put(x: Value, indices: Sequence[Any], values: Value, accumulate: bool = False) -> Value:
+    if any(is_tensor(i) and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        return ops.extern(torch.index_put, x, tuple(indices), values, accumulate)
+    index_list = _index_list(x, [(d, i) for d, i in enumerate(indices) if i is not None])
+    target_meta = P.index.infer_meta(x.meta, [i.meta if i is not None else None for i in index_list])
+    values = _as_values(values, target_meta.shape, x.dtype, x.device)
+    return ops.emit(P.index_put, x, index_list, values, accumulate)
+
+
+@register(torch.index_select, T.index_select)
+def index_select(x: Value, dim: int, index: Value) -> Value:
+    dim = ops.normalize_dim(dim, x.ndim)
+    if x.ndim == 0:
+        flat = ops.reshape(x, (1,))
+        return ops.reshape(ops.emit(P.index, flat, _index_list(flat, [(0, ops.reshape(index, (-1,)))])), ())
+    index = ops.reshape(index, (-1,))
+    return ops.emit(P.index, x, _index_list(x, [(dim, index)]))
+
+
+@register(torch.gather, T.gather)
+def gather(x: Value, dim: int, index: Value, *, sparse_grad: bool = False) -> Value:
+    dim = ops.normalize_dim(dim, x.ndim)
+    return ops.emit(P.gather, x, dim, _wrap_negative(index, x.shape[dim] if x.ndim else 1))
+
+
+def _wrap_negative(index: Value, size: Any) -> Value:
+    index = ops.cast(index, torch.int64)
+    return ops.where(ops.lt(index, 0), index + size, index)
+
+
+@register(torch.take_along_dim, T.take_along_dim)
+def take_along_dim(x: Value, indices: Value, dim: int | None = None) -> Value:
+    if dim is None:
+        return gather(ops.reshape(x, (-1,)), 0, ops.reshape(indices, (-1,)))
+    dim = ops.normalize_dim(dim, x.ndim)
+    shape_x = list(x.shape)
+    shape_i = list(indices.shape)
+    shape_x[dim] = shape_i[dim] = 1
+    common = ops.broadcast_shapes(shape_x, shape_i)
+    x_shape, i_shape = list(common), list(common)
+    x_shape[dim], i_shape[dim] = x.shape[dim], indices.shape[dim]
+    return gather(ops.expand_to(x, x_shape), dim, ops.expand_to(indices, i_shape))
+
+
+@register(torch.scatter, T.scatter)
+def scatter(x: Value, dim: int, index: Value, src: Any = None, *, value: Any = None, reduce: Any = None) -> Value:
+    if reduce is not None:
+        return ops.extern(torch.scatter, x, dim, index, src if src is not None else value, reduce=reduce)
+    if src is None:
+        src = value
+    dim = ops.normalize_dim(dim, x.ndim)
+    if not is_tensor(src):
+        src = ops.full(index.shape, src, x.dtype, x.device)
+    src = _fit_src(src, index, x.dtype)
+    return ops.emit(P.scatter, x, dim, _wrap_negative(index, x.shape[dim] if x.ndim else 1), src)
+
+
+def _fit_src(src: Value, index: Value, dtype: torch.dtype) -> Value:
+    """scatter reads src only where index has entries: slice it to index's shape."""
+    src = ops.cast(src, dtype)
+    for d, size in enumerate(index.shape):
+        if src.shape[d] != size:
+            src = ops.slice_dim(src, d, 0, size)
+    return src
+
+
+@register(torch.scatter_add, T.scatter_add)
+def scatter_add(x: Value, dim: int, index: Value, src: Value) -> Value:
+    dim = ops.normalize_dim(dim, x.ndim)
+    src = _fit_src(src, index, x.dtype)
+    return ops.emit(P.scatter_add, x, dim, _wrap_negative(index, x.shape[dim] if x.ndim else 1), src)
+
+
+@register(F.embedding)
+def embedding(input: Value, weight: Value, padding_idx: int | None = None, max_norm: float | None = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Value:
+    if max_norm is not None:  # renormalizes weight in place: leave it to eager
+        return ops.extern(F.embedding, input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq,
+                          sparse)
+    return ops.emit(P.index, weight, [ops.cast(input, torch.int64)])
+
+
+@register(T.copy_, inplace=True)
+def copy_(x: Value, src: Any, non_blocking: bool = False) -> Value:
+    if is_tensor(src) and src.device != x.device:
+        src = ops.extern(T.to, src, x.device)
+    return _as_values(src, x.shape, x.dtype, x.device)
+
+
+@register(T.fill_, torch.fill_, inplace=True)
+def fill_(x: Value, value: Any) -> Value:
+    return _as_values(value, x.shape, x.dtype, x.device)
+
+
+@register(T.zero_, torch.zero_, inplace=True)
+def zero_(x: Value) -> Value:
+    return ops.full(x.shape, 0, x.dtype, x.device)
+
+
+@register(torch.fill, T.fill if hasattr(T, "fill") else None)
+def fill(x: Value, value: Any) -> Value:
+    return _as_values(value, x.shape, x.dtype, x.device)

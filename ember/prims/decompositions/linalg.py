@@ -1,0 +1,71 @@
+"""Matmul family: Externs (cuBLAS / oneDNN), with bias adds left as prims so that the
+scheduler can fuse them (and what follows) into an epilogue.  Convolution, attention and
+pooling need no entry here: ops without a decomposition become Externs automatically."""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from ember.prims import ops
+from ember.prims.registry import register
+from ember.prims.values import Value
+
+F = torch.nn.functional
+T = torch.Tensor
+
+
+def _scaled(value: Value, factor: Any) -> Value:
+    return value if factor == 1 else value * factor
+
+
+@register(F.linear)
+def linear(x: Value, weight: Value, bias: Value | None = None) -> Value:
+    weight_t = ops.transpose(weight, 0, 1) if weight.ndim == 2 else weight
+    if x.ndim == 2 and weight.ndim == 2:
+        out = ops.extern(torch.mm, x, weight_t)
+    elif x.ndim > 2 and weight.ndim == 2:
+        # fold the batch dims so the Extern is one mm; the reshapes are free views
+        flat = ops.reshape(x, (-1, x.shape[-1]))
+        out = ops.reshape(ops.extern(torch.mm, flat, weight_t), tuple(x.shape[:-1]) + (weight.shape[0],))
+    else:
+        out = ops.extern(torch.matmul, x, weight_t)
+    return out + bias if bias is not None else out
+
+
+@register(torch.addmm, T.addmm)
+def addmm(bias: Value, mat1: Value, mat2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
+    product = _scaled(ops.extern(torch.mm, mat1, mat2), alpha)
+    return product if beta == 0 else product + _scaled(bias, beta)
+
+
+@register(torch.baddbmm, T.baddbmm)
+def baddbmm(bias: Value, batch1: Value, batch2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
+    product = _scaled(ops.extern(torch.bmm, batch1, batch2), alpha)
+    return product if beta == 0 else product + _scaled(bias, beta)
+
+
+@register(torch.addbmm, T.addbmm)
+def addbmm(bias: Value, batch1: Value, batch2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
+    product = _scaled(ops.sum(ops.extern(torch.bmm, batch1, batch2), 0), alpha)
+    return product if beta == 0 else product + _scaled(bias, beta)
+
+
+@register(torch.mm, T.mm)
+def mm(a: Value, b: Value) -> Value:
+    return ops.extern(torch.mm, a, b)
+
+
+@register(torch.bmm, T.bmm)
+def bmm(a: Value, b: Value) -> Value:
+    return ops.extern(torch.bmm, a, b)
+
+
+@register(torch.matmul, T.matmul, operator.matmul, T.__matmul__)
+def matmul(a: Value, b: Value) -> Value:
+    if a.ndim == 2 and b.ndim == 2:
+        return ops.extern(torch.mm, a, b)
+    if a.ndim == 3 and b.ndim == 3:
+        return ops.extern(torch.bmm, a, b)
+    return ops.extern(torch.matmul, a, b)

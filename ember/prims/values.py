@@ -1,0 +1,176 @@
+"""Values of the prim graph under construction, and `emit`, which appends one node.
+
+Decompositions never touch Nodes: they receive `Value`s (a node of the new graph plus
+its meta) and Python constants, call helpers from `ops`, and return Values.  `emit`
+computes each new node's meta with the prim's meta rule (or, for an Extern, by running
+the torch callable on meta-device tensors).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import operator
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ember.errors import CompileError
+from ember.graph import Graph, Node, TensorMeta, target_name, tree_leaves, tree_map
+from ember.prims.primitives import Prim
+
+
+class Value:
+    """A tensor (meta is a TensorMeta) or a runtime Python scalar (meta is None) of the new graph."""
+
+    __slots__ = ("node", "meta", "alias", "pytype")
+
+    def __init__(self, node: Node, meta: TensorMeta | None, pytype: type | None = None) -> None:
+        self.node = node
+        self.meta = meta
+        self.alias: Any = None  # set by functionalization: where this value lives (for in-place ops)
+        self.pytype = pytype    # for runtime scalars: int / float / bool
+
+    @property
+    def is_tensor(self) -> bool:
+        return isinstance(self.meta, TensorMeta)
+
+    @property
+    def shape(self) -> tuple:
+        return self.meta.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.meta.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.meta.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.meta.shape)
+
+    def numel(self) -> Any:
+        return self.meta.numel()
+
+    def __repr__(self) -> str:
+        return f"Value({self.node.name}: {self.meta})"
+
+    # Arithmetic reads like math inside decompositions: `(x - mean) * rstd`.
+    def __add__(self, other: Any) -> "Value": return _ops().add(self, other)
+    def __radd__(self, other: Any) -> "Value": return _ops().add(other, self)
+    def __sub__(self, other: Any) -> "Value": return _ops().sub(self, other)
+    def __rsub__(self, other: Any) -> "Value": return _ops().sub(other, self)
+    def __mul__(self, other: Any) -> "Value": return _ops().mul(self, other)
+    def __rmul__(self, other: Any) -> "Value": return _ops().mul(other, self)
+    def __truediv__(self, other: Any) -> "Value": return _ops().div(self, other)
+    def __rtruediv__(self, other: Any) -> "Value": return _ops().div(other, self)
+    def __neg__(self) -> "Value": return _ops().neg(self)
+    def __pow__(self, other: Any) -> "Value": return _ops().pow(self, other)
+
+
+def _ops() -> Any:
+    from ember.prims import ops
+    return ops
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, Value) and value.is_tensor
+
+
+@dataclasses.dataclass
+class Emitter:
+    """State of one to_primitives run: the graph being built and per-graph services."""
+
+    graph: Graph
+    source_line: str | None = None
+    # set by functionalization: mutate(value, new_value) records an in-place update
+    mutate_hook: Callable[[Value, Value], None] | None = None
+    seed: Value | None = None      # one fresh RNG seed per graph call (random.py)
+    rng_offset: Any = 0            # Philox counter already used by earlier random ops
+    log: list[Node] = dataclasses.field(default_factory=list)
+
+
+_ACTIVE: list[Emitter] = []
+
+
+@contextlib.contextmanager
+def building(emitter: Emitter) -> Iterator[Emitter]:
+    _ACTIVE.append(emitter)
+    try:
+        yield emitter
+    finally:
+        _ACTIVE.pop()
+
+
+def current() -> Emitter:
+    assert _ACTIVE, "prims ops used outside of to_primitives"
+    return _ACTIVE[-1]
+
+
+def _node_of(value: Any) -> Any:
+    return value.node if isinstance(value, Value) else value
+
+
+def _meta_of(value: Any) -> Any:
+    if isinstance(value, Value):
+        return value.meta if value.is_tensor else (value.pytype or float)(1)
+    return value
+
+
+def emit(target: Any, *args: Any, **kwargs: Any) -> Any:
+    """Append `target(*args, **kwargs)` to the graph; returns a Value (or a tuple of them)."""
+    if isinstance(target, Prim):
+        meta = target.infer_meta(*tree_map(_meta_of, args), **tree_map(_meta_of, kwargs))
+    else:
+        meta = extern_meta(target, args, kwargs)
+    return emit_with_meta(target, meta, args, kwargs)
+
+
+def emit_with_meta(target: Any, meta: Any, args: tuple, kwargs: dict, pytype: type | None = None) -> Any:
+    emitter = current()
+    node = emitter.graph.call(target, tree_map(_node_of, args), tree_map(_node_of, kwargs), meta,
+                              source_line=emitter.source_line)
+    emitter.log.append(node)
+    if isinstance(meta, tuple):
+        # multi-output: one operator.getitem node per element, so each has a TensorMeta
+        outs = []
+        for i, m in enumerate(meta):
+            item = emitter.graph.call(operator.getitem, (node, i), {}, m, name=f"{node.name}_{i}",
+                                      source_line=emitter.source_line)
+            emitter.log.append(item)
+            outs.append(Value(item, m))
+        return tuple(outs)
+    return Value(node, meta, pytype)
+
+
+def extern_meta(target: Any, args: tuple, kwargs: dict) -> Any:
+    """Meta of an Extern: run the torch callable on meta-device tensors."""
+    devices = [v.device for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+
+    def to_meta_tensor(value: Any) -> Any:
+        if is_tensor(value):
+            return value.meta.to_meta_tensor()
+        if isinstance(value, Value):
+            return (value.pytype or float)(1)
+        return value
+
+    try:
+        with torch.no_grad():
+            out = target(*tree_map(to_meta_tensor, args), **tree_map(to_meta_tensor, kwargs))
+    except Exception as error:  # noqa: BLE001 - reported with the op's name
+        raise CompileError(f"cannot infer the output shape of {target_name(target)}: {error}",
+                           stage="prims", op=target_name(target), source_line=current().source_line or "",
+                           hint="the op has no meta-device kernel; it needs a decomposition") from error
+    device = devices[0] if devices else torch.device(kwargs.get("device") or "cpu")
+    return _metas_of(out, device)
+
+
+def _metas_of(out: Any, device: torch.device) -> Any:
+    if isinstance(out, torch.Tensor):
+        meta = TensorMeta.of(out)
+        # an Extern's output is a fresh tensor in the wrapper: contiguous unless eager says otherwise
+        return dataclasses.replace(meta, device=device, requires_grad=False)
+    if isinstance(out, (tuple, list)):
+        return tuple(_metas_of(o, device) for o in out)
+    return None

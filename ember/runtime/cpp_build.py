@@ -1,0 +1,120 @@
+"""Build generated C++ into a shared library, cached on disk, and load it with ctypes.
+
+The cache key is sha256(source, flags, compiler version), so a second process
+(or a second compile of the same graph) loads the .so without running g++.
+The .cpp is written beside the .so so a person can read what runs.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+import time
+
+from ember import config
+from ember.errors import CompileError
+
+CXX = os.environ.get("CXX", "g++")
+BASE_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-w"]
+NATIVE_FLAGS = ["-march=native"]
+
+# statistics for benchmarks and tests: how many times g++ really ran
+stats = {"compiles": 0, "cache_hits": 0, "compile_seconds": 0.0}
+
+_loaded: dict[str, ctypes.CDLL] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version() -> str:
+    try:
+        return subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise CompileError(f"C++ compiler {CXX!r} not usable: {exc}", stage="runtime",
+                           hint="install g++ or set CXX") from exc
+
+
+def _probe(flags: list[str], source: str = 'extern "C" int probe() { return 1; }\n') -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "probe.cpp")
+        with open(src, "w") as f:
+            f.write(source)
+        result = subprocess.run([CXX, *BASE_FLAGS, *flags, src, "-o", os.path.join(tmp, "probe.so")],
+                                capture_output=True)
+        return result.returncode == 0
+
+
+_LIBMVEC_PROBE = """
+#include <cmath>
+extern "C" float tanhf(float) noexcept __attribute__((simd("notinbranch")));
+extern "C" void probe(const float* __restrict__ a, float* __restrict__ b) {
+#pragma omp simd
+  for (int i = 0; i < 64; ++i) b[i] = tanhf(a[i]);
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def compile_flags() -> tuple[str, ...]:
+    """Flags that work on this host, probed once per process and cached in a file per compiler."""
+    marker = os.path.join(config.kernel_cache_dir(), "cpp", "flags_" + hashlib.sha256(
+        compiler_version().encode()).hexdigest()[:16] + ".txt")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            return tuple(f.read().split())
+    flags = list(NATIVE_FLAGS) if _probe(NATIVE_FLAGS) else []   # -march=native can fail in odd containers
+    if _probe(flags + ["-DEMBER_USE_LIBMVEC"], _LIBMVEC_PROBE):
+        flags.append("-DEMBER_USE_LIBMVEC")                         # glibc >= 2.35: vector math
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    with open(marker, "w") as f:
+        f.write(" ".join(flags))
+    return tuple(flags)
+
+
+def cache_key(source: str, flags: list[str]) -> str:
+    text = "\0".join([source, " ".join(flags), compiler_version()])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def build(source: str, name_hint: str = "kernels") -> str:
+    """Path of a .so built from source (reused from the disk cache when present)."""
+    flags = BASE_FLAGS + list(compile_flags())
+    key = cache_key(source, flags)
+    directory = os.path.join(config.kernel_cache_dir(), "cpp", key[:2])
+    so_path = os.path.join(directory, f"{name_hint}_{key[:24]}.so")
+    if os.path.exists(so_path):
+        stats["cache_hits"] += 1
+        return so_path
+    os.makedirs(directory, exist_ok=True)
+    cpp_path = so_path[:-3] + ".cpp"
+    with open(cpp_path, "w") as f:
+        f.write(source)
+    # build to a private name, then rename: concurrent processes never see half a .so
+    fd, tmp_so = tempfile.mkstemp(suffix=".so", dir=directory)
+    os.close(fd)
+    start = time.perf_counter()
+    result = subprocess.run([CXX, *flags, cpp_path, "-o", tmp_so], capture_output=True, text=True)
+    stats["compile_seconds"] += time.perf_counter() - start
+    stats["compiles"] += 1
+    if result.returncode != 0:
+        os.unlink(tmp_so)
+        raise CompileError(f"g++ failed on {cpp_path}:\n{result.stderr[-4000:]}", stage="runtime")
+    os.replace(tmp_so, so_path)
+    return so_path
+
+
+def load(so_path: str) -> ctypes.CDLL:
+    lib = _loaded.get(so_path)
+    if lib is None:
+        lib = _loaded[so_path] = ctypes.CDLL(so_path)
+    return lib
+
+
+def load_function(lib: ctypes.CDLL, name: str, num_args: int):
+    """A ctypes function taking ``num_args`` raw pointers (passed as Python ints)."""
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.c_void_p] * num_args
+    fn.restype = None
+    return fn

@@ -1,0 +1,81 @@
+"""Unsupported constructs: fullgraph=True names this file and line; otherwise the result is still right."""
+import pytest
+import torch
+
+from ember.errors import CompileError
+
+from .test_functions import assert_same
+
+
+def with_print(x):
+    y = x * 2
+    print("hello")  # LINE:print
+    return y + 1
+
+
+def with_item(x):
+    scale = x.sum().item()  # LINE:item
+    return x * scale
+
+
+def data_dependent_branch(x):
+    if x.sum() > 0:  # LINE:branch
+        return x + 1
+    return x - 1
+
+
+def with_generator(x):
+    def gen():
+        yield x * 2  # LINE:gen
+    return list(gen())[0]
+
+
+def raises_in_untaken_branch(x, flag=False):
+    if flag:
+        raise ValueError("never")
+    return x.cos()
+
+
+def _line_of(fn, tag):
+    import inspect
+    lines, start = inspect.getsourcelines(fn)
+    for i, text in enumerate(lines):
+        if f"LINE:{tag}" in text:
+            return start + i
+    raise AssertionError(tag)
+
+
+@pytest.mark.parametrize("fn, tag, words", [
+    (with_print, "print", "print"),
+    (with_item, "item", "item"),
+    (data_dependent_branch, "branch", "data-dependent"),
+])
+def test_fullgraph_raises_compile_error_with_location(compile_fn, fn, tag, words):
+    captured = compile_fn(fn, fullgraph=True)
+    with pytest.raises(CompileError) as info:
+        captured(torch.randn(4))
+    message = str(info.value)
+    assert f"test_graph_breaks.py:{_line_of(fn, tag)}" in message, message
+    assert words in message
+
+
+@pytest.mark.parametrize("fn", [with_print, with_item, data_dependent_branch, with_generator])
+def test_break_runs_eagerly_and_is_recorded(compile_fn, fn, capsys):
+    captured = compile_fn(fn)
+    for x in (torch.randn(4), -torch.ones(4), torch.ones(4)):
+        assert_same(captured(x), fn(x))
+    event = captured.events[0]
+    assert event.graph is None and event.break_reason
+    assert "test_graph_breaks.py:" in event.break_location
+    assert len(captured.events) == 1  # the eager decision is cached under its guards
+
+
+def test_raise_in_untaken_branch_is_fine(compile_fn):
+    captured = compile_fn(raises_in_untaken_branch, fullgraph=True)
+    x = torch.randn(3)
+    assert_same(captured(x), x.cos())
+    with pytest.raises(CompileError):
+        captured(x, flag=True)
+    plain = compile_fn(raises_in_untaken_branch)
+    with pytest.raises(ValueError):
+        plain(x, flag=True)

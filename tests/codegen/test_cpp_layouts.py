@@ -1,0 +1,72 @@
+"""Views, strided and broadcast inputs, zero-size tensors, outputs with eager's strides."""
+import torch
+
+from ember.backend import compile_graph
+from ember.lower.builder import PrimGraphBuilder
+
+
+def compare(graph, inputs):
+    compiled = compile_graph(graph, inputs)
+    for a, e in zip(compiled(*inputs), graph.run(*inputs)):
+        assert a.shape == e.shape and a.dtype == e.dtype
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6, equal_nan=True)
+    return compiled
+
+
+def test_noncontiguous_broadcast_and_views_in_one_graph():
+    base = torch.randn(10, 24)
+    tv = base.t()                       # transposed input
+    sv = torch.randn(12, 50)[:, ::2]     # strided slice input (12, 25)
+    rv = torch.randn(1, 24)              # broadcast row
+    ov = torch.randn(100)[3:]            # input with a storage offset
+    b = PrimGraphBuilder()
+    t, s, r, o = b.input("t", tv), b.input("s", sv), b.input("r", rv), b.input("o", ov)
+    outs = [
+        b.add(b.permute(t, (1, 0)), b.expand(r, (10, 24))),            # back to (10, 24) + broadcast
+        b.mul(b.slice(s, 1, 1, 25, 3), 2.0),                           # slice of a strided input
+        b.reshape(b.permute(t, (1, 0)), (240,)),                        # reshape of a permuted view
+        b.exp(b.reshape(o, (97,))),
+        b.as_strided(o, (4, 5), (10, 2), 7),                            # as_strided over input storage
+        b.sum(b.reshape(b.exp(b.permute(t, (1, 0))), (2, 5, 24)), (1,)),
+        b.permute(b.sin(t), (1, 0)),                                    # output that is a view
+        b.sum(s, (0,)),                                                 # column reduction
+    ]
+    compare(b.build(outs), [tv, sv, rv, ov])
+
+
+def test_zero_size_tensors():
+    xv = torch.randn(0, 5)
+    b = PrimGraphBuilder()
+    x = b.input("x", xv)
+    compiled = compare(b.build([b.exp(x), b.sum(x, (0,)), b.add(x, 1.0)]), [xv])
+    assert compiled(xv)[0].shape == (0, 5)
+
+
+def test_outputs_keep_eager_strides_and_mutation_write_back():
+    xv = torch.randn(6, 4)
+    b = PrimGraphBuilder()
+    x = b.input("x", xv)
+    y = b.permute(b.exp(x), (1, 0))
+    graph = b.build([y, b.add(x, 1.0)])
+    graph.extra.update({"num_user_outputs": 1, "mutated_inputs": [(0, 1)]})
+    expected = torch.exp(xv).t()
+    target = xv.clone()
+    compiled = compile_graph(graph, [xv.clone()])
+    (out,) = compiled(target)
+    torch.testing.assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    torch.testing.assert_close(target, xv + 1)
+
+
+def test_iota_full_and_runtime_scalar_input():
+    b = PrimGraphBuilder()
+    x = b.input("x", torch.randn(5))
+    s = b.input("s", 2.5)
+    i = b.iota(5, 0, 1, torch.float32, torch.device("cpu"))
+    f = b.full((5,), 3.0, torch.float32, torch.device("cpu"))
+    graph = b.build([b.add(b.mul(x, i), f), b.mul(x, s)])
+    compiled = compile_graph(graph, [torch.randn(5), 2.5])
+    xv = torch.randn(5)
+    out = compiled(xv, 4.0)
+    torch.testing.assert_close(out[0], xv * torch.arange(5.0) + 3)
+    torch.testing.assert_close(out[1], xv * 4.0)

@@ -1,0 +1,55 @@
+"""Every OpInfo op with a decomposition: its samples through to_primitives + prim reference
+implementations vs eager, float32 and bfloat16, tolerances of torch.testing for the dtype."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import opinfo_util  # noqa: E402
+from harness import assert_close, check_metas, clone_inputs, run_with_contract  # noqa: E402
+
+from ember.prims import to_primitives  # noqa: E402
+
+SAMPLES_PER_OP = 6
+DTYPES = (torch.float32, torch.bfloat16)
+
+# (op name, dtype or None for all) -> why it fails today
+KNOWN_FAILURES: dict[tuple[str, torch.dtype | None], str] = {}
+
+_CASES = [(info, fn, dtype) for info, fn in opinfo_util.decomposed_opinfos()
+          for dtype in DTYPES if dtype in info.supported_dtypes("cpu")]
+
+
+def _case_id(case: tuple) -> str:
+    info, _, dtype = case
+    return f"{info.name}{'.' + info.variant_test_name if info.variant_test_name else ''}-{str(dtype)[6:]}"
+
+
+def run_case(info, fn, dtype) -> None:
+    torch.manual_seed(0)
+    samples = list(info.sample_inputs("cpu", dtype, requires_grad=False))[:SAMPLES_PER_OP]
+    for sample in samples:
+        graph, inputs = opinfo_util.single_op_graph(fn, sample)
+        try:
+            expected = list(graph.run(*clone_inputs(inputs)))
+        except Exception:  # noqa: BLE001 - samples that eager rejects are not ours to check
+            continue
+        prim_graph = to_primitives(graph)
+        actual = run_with_contract(prim_graph, clone_inputs(inputs))
+        assert_close(actual, expected, check_stride=False)
+        check_metas(prim_graph, clone_inputs(inputs))
+
+
+@pytest.mark.parametrize("case", _CASES, ids=[_case_id(c) for c in _CASES])
+def test_opinfo(case) -> None:
+    info, fn, dtype = case
+    reason = KNOWN_FAILURES.get((info.name, dtype)) or KNOWN_FAILURES.get((info.name, None))
+    if reason:
+        pytest.xfail(reason)
+    run_case(info, fn, dtype)
