@@ -31,7 +31,7 @@ class Recorder:
         return self.graph.placeholder(name, TensorMeta.of(example))
 
     def __call__(self, fn, *args, **kwargs) -> Node:
-        meta_of = lambda v: v.meta.to_meta_tensor() if isinstance(v, Node) else v  # noqa: E731
+        meta_of = lambda v: v.meta.to_meta_tensor() if isinstance(v, Node) else v
         out = fn(*tree_map(meta_of, args), **tree_map(meta_of, kwargs))
         meta = tuple(TensorMeta.of(o) for o in out) if isinstance(out, (tuple, list)) else TensorMeta.of(out)
         meta = tree_map(lambda m: TensorMeta(m.shape, m.stride, m.dtype, torch.device("cpu"), False,
@@ -67,7 +67,7 @@ B, T, C, H = 4, 128, 384, 6
 
 def block_params():
     g = torch.Generator().manual_seed(0)
-    p = lambda *s: torch.randn(*s, generator=g) * 0.02  # noqa: E731
+    p = lambda *s: torch.randn(*s, generator=g) * 0.02
     return [torch.ones(C), torch.zeros(C), p(3 * C, C), torch.zeros(3 * C), p(C, C), torch.zeros(C),
             torch.ones(C), torch.zeros(C), p(4 * C, C), torch.zeros(4 * C), p(C, 4 * C), torch.zeros(C)]
 

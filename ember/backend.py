@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -88,7 +89,7 @@ def _compile(graph: Graph, example_inputs: list, options: dict) -> Callable[...,
     use_triton = device.type == "cuda" or options.get("cpu_backend") == "triton"
     if use_triton:
         try:
-            from ember.codegen import triton as triton_codegen  # noqa: F401
+            from ember.codegen import triton as triton_codegen
         except ImportError as exc:
             raise CompileError("the Triton code generator is not available", stage="codegen",
                                hint="ember.codegen.triton is not importable") from exc

@@ -10,4 +10,4 @@ session.py (graph, guards, wrapping, epilogue), guards.py, sources.py, cache.py.
 """
 from .cache import CacheEntry, CapturedFunction, CaptureEvent, compile_function, reset
 
-__all__ = ["CacheEntry", "CapturedFunction", "CaptureEvent", "compile_function", "reset"]
+__all__ = ["CacheEntry", "CaptureEvent", "CapturedFunction", "compile_function", "reset"]

@@ -6,16 +6,16 @@ for real when every argument is a Python constant (``call_builtin_pure``).
 """
 from __future__ import annotations
 
-import builtins
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..errors import Unsupported
 from . import tensor_ops
 from . import values as V
-from .operations import (get_item, get_iter, is_same, python_result, set_item, truthiness, unpack)
+from .operations import get_item, get_iter, is_same, python_result, set_item, truthiness, unpack
 
 
 def _constants(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value], what: str) -> tuple[list, dict]:

@@ -14,7 +14,8 @@ import dataclasses
 import time
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import config
 from ..debug.logs import enabled, log
@@ -51,7 +52,7 @@ class CacheEntry:
         return "evaluating a guard raised an exception"
 
 
-_ALL: "weakref.WeakSet[CapturedFunction]" = weakref.WeakSet()
+_ALL: weakref.WeakSet[CapturedFunction] = weakref.WeakSet()
 
 
 class CapturedFunction:

@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from ..errors import Unsupported
 from . import tensor_ops
 from . import values as V
 from .inline import inline_function_value, inline_real_function

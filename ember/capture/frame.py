@@ -8,7 +8,8 @@ user's, returning ``locals()``, so that argument binding costs one native call.
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

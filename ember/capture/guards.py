@@ -19,7 +19,8 @@ names the guard in the "recompiles" log.  Each source prefix is evaluated once.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

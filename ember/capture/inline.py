@@ -6,6 +6,7 @@ from typing import Any
 
 from ..errors import Unsupported
 from . import values as V
+
 CO_VARARGS = 0x04
 CO_VARKEYWORDS = 0x08
 

@@ -20,7 +20,7 @@ class Namespace(Protocol):
 
 
 class Source:
-    parent: "Source | None" = None
+    parent: Source | None = None
 
     def access(self, parent_code: str, namespace: Namespace) -> str:
         raise NotImplementedError

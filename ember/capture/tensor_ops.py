@@ -10,7 +10,8 @@ data-dependent or unknown: Unsupported (a graph break).
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -73,8 +73,8 @@ class KernelPrinter:
             params.append(f"{const}{ctype}* __restrict__ {self.pointer(name)}")
         header = [f"// {k.name}: {len(k.fused_ops)} fused ops: {', '.join(k.fused_ops[:12])}"
                   + (" ..." if len(k.fused_ops) > 12 else ""),
-                  f"// loops: outer {[v.size for v in k.outer_vars]}, inner {[v.size for v in k.inner_vars]}; "
-                  f"bytes: {k.bytes_accessed}, flops: {k.flops}",
+                  (f"// loops: outer {[v.size for v in k.outer_vars]}, inner {[v.size for v in k.inner_vars]}; "
+                   f"bytes: {k.bytes_accessed}, flops: {k.flops}"),
                   f'extern "C" void {k.name}({", ".join(params)}) {{']
         self.lines = header
         work = k.outer_numel * max(k.inner_numel, 1) * max(1, k.flops // max(k.outer_numel * max(k.inner_numel, 1), 1))

@@ -14,7 +14,8 @@ Kernel launchers are device-specific and passed in as ``launchers``: name ->
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -153,7 +154,7 @@ def _py(out: WrapperSource, value: Any) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {_py(out, v)}" for k, v in value.items()) + "}"
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+    if isinstance(value, float) and not math.isfinite(value):
         return f"float({str(value)!r})"
     if value is None or isinstance(value, (bool, int, float, str)):
         return repr(value)
@@ -164,6 +165,6 @@ def _py(out: WrapperSource, value: Any) -> str:
 
 def compile_wrapper(source: str, globals_: dict[str, Any], filename: str = "<ember wrapper>") -> Callable[..., tuple]:
     code = compile(source, filename, "exec")
-    exec(code, globals_)
+    exec(code, globals_)  # noqa: S102 - the generated host program is the artifact
     return globals_["call"]
 

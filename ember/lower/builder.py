@@ -28,7 +28,7 @@ class PrimGraphBuilder:
     def call(self, prim: Any, *args: Any, **kwargs: Any) -> Node:
         if isinstance(prim, str):
             prim = P.get(prim)
-        as_meta = lambda v: v.meta if isinstance(v, Node) else v  # noqa: E731
+        as_meta = lambda v: v.meta if isinstance(v, Node) else v
         meta = prim.infer_meta(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
         return self.graph.call(prim, args, kwargs, meta=meta)
 

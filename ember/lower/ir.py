@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, Iterator, Union
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -75,7 +76,7 @@ class Var(Atom):
 
 @dataclasses.dataclass(frozen=True)
 class FloorDiv(Atom):
-    arg: "Index"
+    arg: Index
     divisor: int
 
     def bounds(self) -> tuple[int, int]:
@@ -88,7 +89,7 @@ class FloorDiv(Atom):
 
 @dataclasses.dataclass(frozen=True)
 class ModIndex(Atom):
-    arg: "Index"
+    arg: Index
     divisor: int
 
     def bounds(self) -> tuple[int, int]:
@@ -102,7 +103,7 @@ class ModIndex(Atom):
 class Indirect(Atom):
     """An index read from a tensor (gather/index); ``size`` bounds it for simplification."""
 
-    value: "Expr"
+    value: Expr
     size: int
 
     def bounds(self) -> tuple[int, int]:
@@ -115,7 +116,7 @@ class Indirect(Atom):
 class Index:
     """sum(coeff * atom) + const, normalized; build with ``index()``/``const_index()`` and + * // %."""
 
-    __slots__ = ("terms", "const", "_hash")
+    __slots__ = ("_hash", "const", "terms")
 
     def __init__(self, terms: Iterable[tuple[Atom, int]] = (), const: int = 0) -> None:
         merged: dict[Atom, int] = {}
@@ -165,29 +166,29 @@ class Index:
         return lo, hi
 
     # ---- arithmetic (simplifying)
-    def __add__(self, other: "Index | int") -> "Index":
+    def __add__(self, other: Index | int) -> Index:
         other = as_index(other)
         return Index(self.terms + other.terms, self.const + other.const)
 
     __radd__ = __add__
 
-    def __sub__(self, other: "Index | int") -> "Index":
+    def __sub__(self, other: Index | int) -> Index:
         return self + as_index(other) * -1
 
-    def __mul__(self, k: int) -> "Index":
+    def __mul__(self, k: int) -> Index:
         assert isinstance(k, int), "index expressions are affine: multiply by constants only"
         return Index(((a, c * k) for a, c in self.terms), self.const * k)
 
     __rmul__ = __mul__
 
-    def _split(self, d: int) -> tuple["Index", "Index"]:
+    def _split(self, d: int) -> tuple[Index, Index]:
         """self = d * quotient + rest, moving every exact multiple of d into quotient."""
         q_terms, r_terms = [], []
         for atom, coeff in self.terms:
             (q_terms if coeff % d == 0 else r_terms).append((atom, coeff // d if coeff % d == 0 else coeff))
         return Index(q_terms, self.const // d), Index(r_terms, self.const % d)
 
-    def __floordiv__(self, d: int) -> "Index":
+    def __floordiv__(self, d: int) -> Index:
         assert isinstance(d, int) and d > 0
         if d == 1:
             return self
@@ -204,7 +205,7 @@ class Index:
             return quotient + big // (d // g)
         return quotient + Index(((FloorDiv(rest, d), 1),))
 
-    def _common_factor(self, d: int) -> "tuple[Index, int] | None":
+    def _common_factor(self, d: int) -> tuple[Index, int] | None:
         """Find g | d with self = g*big + small, 0 <= small < g: then (self // d) = big // (d/g)."""
         for g in sorted({math.gcd(d, c) for _, c in self.terms}, reverse=True):
             if g <= 1:
@@ -216,7 +217,7 @@ class Index:
                 return Index(big), g
         return None
 
-    def __mod__(self, d: int) -> "Index":
+    def __mod__(self, d: int) -> Index:
         assert isinstance(d, int) and d > 0
         if d == 1:
             return Index()
@@ -232,7 +233,7 @@ class Index:
         return Index(((ModIndex(rest, d), 1),))
 
     # ---- substitution and printing
-    def substitute(self, mapping: dict[Var, "Index"]) -> "Index":
+    def substitute(self, mapping: dict[Var, Index]) -> Index:
         if not mapping:
             return self
         out = Index((), self.const)
@@ -274,7 +275,7 @@ def _substitute_atom(atom: Atom, mapping: dict[Var, Index]) -> Index:
     raise TypeError(atom)
 
 
-def as_index(value: "Index | Atom | int") -> Index:
+def as_index(value: Index | Atom | int) -> Index:
     if isinstance(value, Index):
         return value
     if isinstance(value, Atom):
@@ -323,7 +324,7 @@ class Expr:
     __slots__ = ()
     dtype: torch.dtype
 
-    def children(self) -> tuple["Expr", ...]:
+    def children(self) -> tuple[Expr, ...]:
         return ()
 
 
@@ -364,7 +365,7 @@ class Load(Expr):
 @_cached_hash
 @dataclasses.dataclass(frozen=True, eq=False)
 class Const(Expr):
-    value: Union[int, float, bool]
+    value: int | float | bool
     dtype: torch.dtype
 
     def __str__(self) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -25,7 +26,7 @@ Loader = Callable[[tuple[Index, ...]], Expr]
 class TensorValue:
     """A tensor during lowering: its shape/dtype and how to load element ``idx``."""
 
-    __slots__ = ("shape", "dtype", "loader", "node_name")
+    __slots__ = ("dtype", "loader", "node_name", "shape")
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, loader: Loader, node_name: str | None = None):
         self.shape = tuple(int(s) for s in shape)
@@ -114,7 +115,7 @@ class _Lowering:
         name = node.name
         fn = node.target.reference if isinstance(node.target, Prim) else node.target
         to_ref = lambda v: ir.BufferRef(self.materialize(self.env[v], node).node_name) \
-            if isinstance(v, Node) and isinstance(self.env[v], TensorValue) else self.value(v)  # noqa: E731
+            if isinstance(v, Node) and isinstance(self.env[v], TensorValue) else self.value(v)
         args, kwargs = tree_map(to_ref, node.args), tree_map(to_ref, node.kwargs)
         for leaf in tree_leaves((args, kwargs)):
             if isinstance(leaf, (TensorValue, tuple)) and not isinstance(leaf, ir.BufferRef):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Union
 
 import torch
 
@@ -99,7 +98,7 @@ class ExternCall:
     outputs: list[ir.ExternOutput]
 
 
-Step = Union[FusedKernel, ExternCall]
+Step = FusedKernel | ExternCall
 
 
 @dataclasses.dataclass
@@ -238,9 +237,7 @@ class _Scheduler:
             else:
                 new_outer, new_inner = outer, inner
         else:
-            if node.shape == outer or (inner and node.shape == outer + inner):
-                new_outer, new_inner = outer, inner
-            elif not inner and math.prod(node.shape) == math.prod(outer) and len(node.shape) and \
+            if node.shape == outer or (inner and node.shape == outer + inner) or not inner and math.prod(node.shape) == math.prod(outer) and len(node.shape) and \
                     all(not isinstance(self.nodes[m], ir.Reduction) for m in group.members) and \
                     len(group.members) and self._flat_compatible(node.shape, outer):
                 new_outer, new_inner = outer, inner
@@ -252,9 +249,8 @@ class _Scheduler:
         outer_vars, inner_vars = _kernel_vars(trial)
         body = self._kernel_body(node, outer_vars, inner_vars)
         for ld in ir.loads(body):
-            if ld.buffer in produced:
-                if ld.index != self._kernel_index(self.nodes[ld.buffer], outer_vars, inner_vars):
-                    return False
+            if ld.buffer in produced and ld.index != self._kernel_index(self.nodes[ld.buffer], outer_vars, inner_vars):
+                return False
         group.outer, group.inner = new_outer, new_inner
         return True
 
@@ -460,7 +456,7 @@ def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def _expand_indirect(idx: Index, sched: "_Scheduler") -> Index:
+def _expand_indirect(idx: Index, sched: _Scheduler) -> Index:
     if not any(isinstance(a, ir.Indirect) for a in idx.atoms()):
         return idx
     terms = []

@@ -1,6 +1,6 @@
 import pytest
 
-import ember.capture as capture
+from ember import capture
 
 
 def eager_backend(graph, example_inputs):

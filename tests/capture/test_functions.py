@@ -75,7 +75,7 @@ def test_closures_and_nested_functions(compile_fn):
         def helper(t, power=2):
             return t ** power * inner_scale
         adder = make_adder(5)
-        square = lambda t: t * t  # noqa: E731
+        square = lambda t: t * t
         return adder(helper(x)) + square(x) + helper(x, power=3)
     check(compile_fn, f, torch.randn(5))
 
@@ -91,7 +91,7 @@ def test_kwargs_and_varargs(compile_fn):
 
     def f(*xs, **kw):
         args = list(xs)
-        return inner(*args, scale=kw.get("scale", 1.0), **{"double": True})
+        return inner(*args, scale=kw.get("scale", 1.0), double=True)
     x = torch.randn(3)
     check(compile_fn, f, x, x + 1, x * 3, scale=0.5)
 
@@ -149,7 +149,7 @@ def test_in_place_on_input_and_mutated_python_containers(compile_fn):
         items1, items2 = [1, 2], [1, 2]
         table1, table2 = {"old": 1}, {"old": 1}
         out = captured(x1, items1, table1)
-        expected = f(x2, items2, table2)
+        f(x2, items2, table2)
         assert out is x1
         assert_same(x1, x2)
         assert_same(items1, items2)
@@ -215,7 +215,7 @@ def test_closure_cell_change_recompiles(compile_fn):
     captured = compile_fn(f)
     x = torch.randn(3)
     assert_same(captured(x), x * 2)
-    factor = 3  # noqa: F841 (read through the closure cell)
+    factor = 3
     assert_same(captured(x), x * 3)
     assert len(captured.events) == 2
 

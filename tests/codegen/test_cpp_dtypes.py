@@ -18,7 +18,7 @@ def check(graph, inputs, rtol, atol):
     assert len(actual) == len(expected)
     for i, (a, e) in enumerate(zip(actual, expected)):
         assert a.dtype == e.dtype and a.shape == e.shape, (i, a.dtype, e.dtype, a.shape, e.shape)
-        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"output {i}: {m}")
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
     return compiled
 
 

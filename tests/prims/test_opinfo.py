@@ -20,7 +20,17 @@ SAMPLES_PER_OP = 6
 DTYPES = (torch.float32, torch.bfloat16)
 
 # (op name, dtype or None for all) -> why it fails today
-KNOWN_FAILURES: dict[tuple[str, torch.dtype | None], str] = {}
+_BF16 = torch.bfloat16
+KNOWN_FAILURES: dict[tuple[str, torch.dtype | None], str] = {
+    ("addbmm", None): "bmm then sum over the batch accumulates in another order than eager's fused addbmm",
+    ("baddbmm", _BF16): "bias added after the bf16 product is rounded (kept as a fusable prim add)",
+    ("nn.functional.linear", _BF16): "bias added after the bf16 product is rounded (fusable prim add)",
+    ("narrow", None): "samples pass `start` as a tensor: data-dependent, the Extern's meta cannot run",
+    ("empty", None): "uninitialized memory: nothing to compare",
+    ("empty_like", None): "uninitialized memory: nothing to compare",
+    ("log_softmax", _BF16): "one bf16 ulp near 0 (relative error inf): eager's fp32 kernel rounds differently",
+    ("logit", _BF16): "one bf16 ulp: eager computes log(x / (1 - x)) with another formula in fp32",
+}
 
 _CASES = [(info, fn, dtype) for info, fn in opinfo_util.decomposed_opinfos()
           for dtype in DTYPES if dtype in info.supported_dtypes("cpu")]

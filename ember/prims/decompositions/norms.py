@@ -61,6 +61,8 @@ def group_norm(x: Value, num_groups: int, weight: Value | None = None, bias: Val
 def batch_norm(x: Value, running_mean: Value | None, running_var: Value | None, weight: Value | None = None,
                bias: Value | None = None, training: bool = False, momentum: Any = 0.1, eps: float = 1e-5,
                cudnn_enabled: bool = True) -> Value:
+    if x.ndim < 2:  # only an empty 1-D input gets here without an error in eager
+        return x
     channels = x.shape[1]
     per_channel = (1, channels) + (1,) * (x.ndim - 2)
     reduce_dims = tuple(d for d in range(x.ndim) if d != 1)
