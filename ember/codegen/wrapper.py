@@ -56,7 +56,7 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
             expr_of[name] = param_names[base.position]
             if not node.shape and not node.alias_of and not _is_tensor_input(graph_extra, base.position):
                 # a runtime Python scalar: kernels read it as a 0-dim tensor
-                lines.append(f"    {name}_t = torch.full((), {expr_of[name]}, dtype={plan.dtype})")
+                lines.append(f"    {name}_t = torch.full((), {expr_of[name]}, dtype={plan.dtype}, device={device!r})")
                 expr_of[name] = f"{name}_t"
     allocated: set[str] = set()
     for step in sched.steps:
@@ -66,7 +66,9 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
         for name in step.writes:
             plan = sched.buffers[name]
             if plan.allocation != name and plan.allocation in allocated:
-                lines.append(f"    {name} = {plan.allocation}  # reuses the dead buffer {plan.allocation}")
+                # same numel and dtype; externs see the tensor, so give it this buffer's shape
+                lines.append(f"    {name} = {plan.allocation}.as_strided({plan.shape!r}, {plan.stride!r})"
+                             f"  # reuses the dead buffer {plan.allocation}")
             else:
                 lines.append(f"    {name} = torch.empty_strided({plan.shape!r}, {plan.stride!r}, "
                              f"dtype={plan.dtype}, device={device!r})")
@@ -77,7 +79,10 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
         if any(v.size == 0 for v in step.outer_vars):
             lines.append(f"    # {fn}: zero-size, skipped")
             continue
-        ptrs = ", ".join(f"{expr_of[a]}.data_ptr()" for a in arg_names)
+        if getattr(launcher, "takes_tensors", False):   # Triton launchers take the tensors themselves
+            ptrs = ", ".join(expr_of[a] for a in arg_names)
+        else:
+            ptrs = ", ".join(f"{expr_of[a]}.data_ptr()" for a in arg_names)
         lines.append(f"    {fn}({ptrs})  # {', '.join(step.fused_ops[:6])}{' ...' if len(step.fused_ops) > 6 else ''}")
     results = []
     for value in program.outputs:

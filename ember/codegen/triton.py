@@ -1,0 +1,615 @@
+"""Triton code generator: a Schedule's FusedKernels -> one readable Python module of @triton.jit kernels.
+
+The sibling of codegen/cpp.py; both consume the same FusedKernel steps.  How a
+FusedKernel maps onto Triton programs:
+
+* pointwise kernel (no inner vars): the outer loop nest is flattened to one
+  index ``xindex`` of ``XBLOCK`` consecutive elements per program.  Loads and
+  stores whose address is a contiguous run of the flattened index print as
+  ``xindex`` (or ``xindex % n`` / ``xindex // n`` for broadcasts), which Triton's
+  axis analysis turns into 16-byte vector accesses; other accesses unflatten
+  the vars they need (``x1 = xindex // 64 % 32``).
+* reduction kernel: a 2-D block ``[XBLOCK rows, RBLOCK reduced elements]``.
+  *Persistent* when the reduced size fits one block (``RBLOCK >= rnumel``):
+  every step of the kernel (e.g. softmax's max, sum and store) works on the same
+  tile held in registers, so the row is read from memory once.  *Looped*
+  otherwise: each inner step is a ``for roffset`` loop with per-lane
+  accumulators reduced at the end (Welford per lane, merged with a combine
+  function, for var/mean).
+* masks only where the block does not divide the size; int32 index math unless
+  some address or size needs int64; fp32 accumulation for bf16/fp16; max/min and
+  arg-reductions propagate NaN like torch.
+
+Block sizes and ``num_warps`` come from ``choose_config``; ``TUNING`` lets
+benchmarks override them.  Kernels are built and launched by
+runtime/triton_build.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ember.codegen import triton_ops
+from ember.codegen.triton_ops import LOW_PRECISION, compute_type, literal, render_op
+from ember.errors import CompileError
+from ember.lower import ir
+from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op, Var
+from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, LoopStep, Schedule
+
+# benchmark/tuning overrides: keys "pointwise_block", "pointwise_warps", "persistent_limit",
+# "looped_rblock", "reduction_elements" (elements per program for persistent reductions)
+TUNING: dict[str, int] = {}
+
+PERSISTENT_LIMIT = 8192        # largest reduced size kept in one block (registers)
+POINTWISE_BLOCK = 1024
+LOOPED_RBLOCK = 2048
+REDUCTION_ELEMENTS = 4096      # target XBLOCK * RBLOCK for persistent reductions of short rows
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+@dataclasses.dataclass
+class KernelConfig:
+    kind: str                  # "pointwise" | "persistent" | "looped"
+    xblock: int
+    rblock: int
+    num_warps: int
+    index_type: str            # "tl.int32" | "tl.int64"
+
+    def grid(self, xnumel: int) -> tuple[int, int, int]:
+        return (max(1, -(-xnumel // self.xblock)), 1, 1)
+
+
+@dataclasses.dataclass
+class TritonKernel:
+    """One generated kernel: its source (inside the module), launch config and arguments."""
+
+    name: str
+    source: str
+    arguments: list[str]             # buffer names, in parameter order
+    signature: dict[str, str]        # parameter name -> Triton type ("*fp32")
+    aligned: list[bool]              # per argument: assume the pointer is 16-byte aligned
+    config: KernelConfig
+    grid: tuple[int, int, int]
+    bytes_accessed: int
+    flops: int
+
+
+def choose_config(kernel: FusedKernel, buffers: dict[str, BufferPlan], index_type: str,
+                  inner_contiguous: bool) -> KernelConfig:
+    """Block shape and warps from the problem size (the 'heuristics' of the issue)."""
+    xnumel, rnumel = kernel.outer_numel, kernel.inner_numel
+    if not kernel.inner_vars:
+        block = TUNING.get("pointwise_block", POINTWISE_BLOCK)
+        block = min(block, _pow2(xnumel))
+        warps = TUNING.get("pointwise_warps", 4 if block <= 1024 else 8)
+        return KernelConfig("pointwise", max(block, 16), 1, max(1, min(warps, max(block // 128, 1))), index_type)
+    limit = TUNING.get("persistent_limit", PERSISTENT_LIMIT)
+    if not inner_contiguous:
+        # reduced dim is strided (column sums): many rows per program, rows are the contiguous axis
+        rblock = min(_pow2(rnumel), 64)
+        xblock = min(_pow2(xnumel), 64)
+        kind = "persistent" if rblock >= rnumel else "looped"
+        return KernelConfig(kind, xblock, rblock, 4 if xblock * rblock <= 2048 else 8, index_type)
+    if rnumel <= limit:
+        rblock = _pow2(rnumel)
+        elements = TUNING.get("reduction_elements", REDUCTION_ELEMENTS)
+        xblock = max(1, min(_pow2(xnumel), elements // rblock, 64))
+        total = xblock * rblock
+        warps = 2 if total <= 256 else 4 if total <= 2048 else 8 if total <= 4096 else 16
+        return KernelConfig("persistent", xblock, rblock, warps, index_type)
+    rblock = TUNING.get("looped_rblock", LOOPED_RBLOCK)
+    return KernelConfig("looped", 1, rblock, 8 if rblock >= 2048 else 4, index_type)
+
+
+# ============================================================ the module
+def generate_triton(sched: Schedule) -> tuple[str, list[TritonKernel]]:
+    """The whole module: imports, helper prelude, one @triton.jit function per kernel."""
+    kernels = [TritonKernelPrinter(k, sched.buffers).render() for k in sched.kernels]
+    parts = ['"""Generated by ember (codegen/triton.py).  One @triton.jit function per fused kernel."""',
+             "import triton", "import triton.language as tl", "",
+             "from ember.runtime.triton_math import libm", triton_ops.PRELUDE]
+    parts.extend(k.source for k in kernels)
+    return "\n".join(parts), kernels
+
+
+class TritonKernelPrinter:
+    def __init__(self, kernel: FusedKernel, buffers: dict[str, BufferPlan]):
+        self.kernel = kernel
+        self.buffers = buffers
+        self.lines: list[str] = []
+        self.depth = 1
+        self.tmp_counter = 0
+        self.scopes: list[dict] = []
+        self.registers: dict[str, str] = {}     # reduction name -> variable holding its [XBLOCK, 1] result
+        self.outer_vars = tuple(kernel.outer_vars)
+        self.inner_vars = tuple(kernel.inner_vars)
+        self.xnumel = kernel.outer_numel
+        self.rnumel = kernel.inner_numel
+        self.two_d = bool(self.inner_vars)
+
+    # ---------------------------------------------------------- decisions
+    def index_type(self) -> str:
+        limit = 2**31 - 1
+        biggest = max(self.xnumel * max(self.rnumel, 1), 1)
+        for name in self.arguments():
+            plan = self.buffers[name]
+            span = sum((s - 1) * abs(st) for s, st in zip(plan.shape, plan.stride) if s > 0)
+            biggest = max(biggest, span + 1)
+        return "tl.int32" if biggest + 2 * 8192 < limit else "tl.int64"
+
+    def arguments(self) -> list[str]:
+        return list(self.kernel.reads) + list(self.kernel.writes)
+
+    def inner_contiguous(self) -> bool:
+        """Does the main read walk memory along the reduced dim (row reductions) or across rows?"""
+        if not self.two_d:
+            return True
+        inner_hits = outer_hits = 0
+        for step in self.kernel.steps:
+            bodies = [r.body for r in step.reductions] + [s.body for s in step.stores]
+            for body in bodies:
+                for ld in ir.loads(body):
+                    if ld.buffer not in self.buffers or ld.buffer in self.kernel.local_reductions:
+                        continue
+                    coeffs = dict(self.address(self.buffers[ld.buffer], ld.index).terms)
+                    last_inner = next((v for v in reversed(self.inner_vars) if v.size > 1), None)
+                    last_outer = next((v for v in reversed(self.outer_vars) if v.size > 1), None)
+                    if last_inner is not None and coeffs.get(last_inner) == 1:
+                        inner_hits += 1
+                    elif last_outer is not None and coeffs.get(last_outer) == 1 and last_inner in coeffs:
+                        outer_hits += 1
+        return inner_hits >= outer_hits
+
+    # ---------------------------------------------------------- structure
+    def render(self) -> TritonKernel:
+        k = self.kernel
+        index_type = self.index_type()
+        self.config = config = choose_config(k, self.buffers, index_type, self.inner_contiguous())
+        args = self.arguments()
+        params = [self.pointer(a) for a in args]
+        grid = config.grid(self.xnumel)
+        head = [
+            "@triton.jit",
+            f"def {k.name}({', '.join(params)}):",
+            f"    # {len(k.fused_ops)} fused ops: {', '.join(k.fused_ops[:12])}" + (" ..." if len(k.fused_ops) > 12 else ""),
+            f"    # loops: outer {[v.size for v in self.outer_vars]}, inner {[v.size for v in self.inner_vars]}; "
+            f"bytes: {k.bytes_accessed}, flops: {k.flops}",
+            f"    # {config.kind}: XBLOCK={config.xblock}" + (f" RBLOCK={config.rblock}" if self.two_d else "")
+            + f", num_warps={config.num_warps}, {config.index_type.replace('tl.', '')} indexing, grid {grid}",
+        ]
+        self.lines = head
+        self.scopes.append({})
+        if self.two_d:
+            self.emit_reduction_kernel()
+        else:
+            self.emit_pointwise_kernel()
+        source = "\n".join(self.lines) + "\n"
+        signature = {self.pointer(a): triton_ops.SIGNATURE_TYPE[self.buffers[a].dtype] for a in args}
+        aligned = [(self.buffers[a].storage_offset * self.buffers[a].dtype.itemsize) % 16 == 0 for a in args]
+        return TritonKernel(k.name, source, args, signature, aligned, config, grid, k.bytes_accessed, k.flops)
+
+    def pointer(self, buffer: str) -> str:
+        return f"{'in' if buffer in self.kernel.reads else 'out'}_{buffer}"
+
+    def emit(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def new_tmp(self, hint: str = "tmp") -> str:
+        self.tmp_counter += 1
+        return f"{hint}{self.tmp_counter - 1}"
+
+    # ---------------------------------------------------------- pointwise
+    def emit_pointwise_kernel(self) -> None:
+        c = self.config
+        self.emit(f"XBLOCK: tl.constexpr = {c.xblock}")
+        self.emit(f"xnumel = {self.xnumel}")
+        pid = "tl.program_id(0)" + (".to(tl.int64)" if c.index_type == "tl.int64" else "")
+        self.emit(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
+        self.xmask = "xmask" if self.xnumel % c.xblock else None
+        self.rmask = None
+        if self.xmask:
+            self.emit("xmask = xindex < xnumel")
+        for step in self.kernel.steps:
+            for store in step.stores:
+                self.emit_store(store.buffer, store.index, store.body)
+
+    # ---------------------------------------------------------- reductions
+    def emit_reduction_kernel(self) -> None:
+        c = self.config
+        self.emit(f"XBLOCK: tl.constexpr = {c.xblock}")
+        self.emit(f"RBLOCK: tl.constexpr = {c.rblock}")
+        self.emit(f"xnumel = {self.xnumel}")
+        self.emit(f"rnumel = {self.rnumel}")
+        pid = "tl.program_id(0)" + (".to(tl.int64)" if c.index_type == "tl.int64" else "")
+        self.emit(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+        self.xmask = "xmask" if self.xnumel % c.xblock else None
+        if self.xmask:
+            self.emit("xmask = xindex < xnumel")
+        self.rmask = None
+        if c.kind == "persistent":
+            self.emit("rindex = tl.arange(0, RBLOCK)[None, :]")
+            if self.rnumel != c.rblock:
+                self.rmask = "rmask"
+                self.emit("rmask = rindex < rnumel")
+        for step in self.kernel.steps:
+            if not step.inner:
+                self.emit_row_stores(step)
+            elif c.kind == "persistent":
+                self.emit_persistent_step(step)
+            else:
+                self.emit_looped_step(step)
+
+    def emit_row_stores(self, step: LoopStep) -> None:
+        for store in step.stores:
+            self.emit_store(store.buffer, store.index, store.body)
+
+    def full_mask(self) -> str | None:
+        masks = [m for m in (self.xmask, self.rmask) if m]
+        return " & ".join(masks) if masks else None
+
+    def tile_value(self, body: Expr, dtype: str) -> str:
+        """The body over the whole [XBLOCK, RBLOCK] tile, in ``dtype`` (broadcast if it has no r dependence)."""
+        if isinstance(body, Const):
+            return f"tl.full([XBLOCK, RBLOCK], {literal(body.value, body.dtype)}, {dtype})"
+        value = self.expr(body)
+        if compute_type(body.dtype) != dtype:
+            value = f"{value}.to({dtype})"
+        if not self.depends_on_inner(body):
+            value = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+        return value
+
+    def depends_on_inner(self, body: Expr) -> bool:
+        inner = set(self.inner_vars)
+        return bool(ir.expr_free_vars(body) & inner) or any(
+            bool(idx.free_vars() & inner) for ld in ir.loads(body) for idx in ld.index)
+
+    def emit_persistent_step(self, step: LoopStep) -> None:
+        welford: dict[Expr, list[KernelReduction]] = {}
+        for red in step.reductions:
+            if red.reduction_type.startswith("welford"):
+                welford.setdefault(red.body, []).append(red)
+                continue
+            self.emit(f"# {red.reduction_type} -> {red.name}")
+            rtype = red.reduction_type
+            if rtype in ("argmax", "argmin"):
+                value_type = compute_type(red.body.dtype)
+                value = self.tile_value(red.body, value_type)
+                ident = triton_ops.lowest(red.body.dtype) if rtype == "argmax" else triton_ops.highest(red.body.dtype)
+                if self.rmask:
+                    value = f"tl.where(rmask, {value}, {ident})"
+                result = f"tl.reduce(({value}, tl.broadcast_to(rindex, [XBLOCK, RBLOCK])), 1, _ember_{rtype})[1]"
+            else:
+                acc = self.reduction_acc_type(red)
+                value = self.tile_value(red.body, acc)
+                ident = self.identity(red)
+                if self.rmask:
+                    value = f"tl.where(rmask, {value}, {ident})"
+                result = self.reduce_call(red, value)
+            self.finish(red, f"{result}[:, None]")
+        for body, group in welford.items():
+            base = group[0].name
+            self.emit(f"# var/mean -> {', '.join(r.name for r in group)} (two passes over the tile in registers)")
+            value = self.tile_value(body, "tl.float64" if body.dtype == torch.float64 else "tl.float32")
+            masked = f"tl.where(rmask, {value}, 0.0)" if self.rmask else value
+            self.emit(f"{base}_tile = {masked}")
+            self.emit(f"{base}_mean = tl.sum({base}_tile, 1)[:, None] / {float(max(self.rnumel, 0))!r}")
+            delta = f"{base}_tile - {base}_mean"
+            if self.rmask:
+                delta = f"tl.where(rmask, {delta}, 0.0)"
+            self.emit(f"{base}_delta = {delta}")
+            self.emit(f"{base}_m2 = tl.sum({base}_delta * {base}_delta, 1)[:, None]")
+            self.finish_welford(group, f"{base}_mean", f"{base}_m2")
+        for store in step.stores:
+            self.emit_store(store.buffer, store.index, store.body)
+
+    def emit_looped_step(self, step: LoopStep) -> None:
+        accumulators = []
+        welford: dict[Expr, list[KernelReduction]] = {}
+        for red in step.reductions:
+            if red.reduction_type.startswith("welford"):
+                welford.setdefault(red.body, []).append(red)
+                continue
+            acc = f"{red.name}_acc"
+            if red.reduction_type in ("argmax", "argmin"):
+                vtype = compute_type(red.body.dtype)
+                ident = triton_ops.lowest(red.body.dtype) if red.reduction_type == "argmax" else \
+                    triton_ops.highest(red.body.dtype)
+                self.emit(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {vtype})")
+                self.emit(f"{acc}_index = tl.full([XBLOCK, RBLOCK], {max(self.rnumel, 1)}, {self.config.index_type})")
+            else:
+                self.emit(f"{acc} = tl.full([XBLOCK, RBLOCK], {self.identity(red)}, {self.reduction_acc_type(red)})")
+            accumulators.append((red, acc))
+        for body, group in welford.items():
+            base = group[0].name
+            wtype = "tl.float64" if body.dtype == torch.float64 else "tl.float32"
+            for part in ("mean", "m2", "count"):
+                self.emit(f"{base}_{part} = tl.zeros([XBLOCK, RBLOCK], {wtype})")
+        self.emit(f"for roffset in range(0, rnumel, RBLOCK):")
+        self.depth += 1
+        self.scopes.append({})
+        self.emit("rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
+        self.rmask = None
+        if self.rnumel % self.config.rblock:
+            self.rmask = "rmask"
+            self.emit("rmask = rindex < rnumel")
+        for red, acc in accumulators:
+            rtype = red.reduction_type
+            if rtype in ("argmax", "argmin"):
+                value = self.tile_value(red.body, compute_type(red.body.dtype))
+                self.emit(f"{acc}_next, {acc}_index_next = _ember_{rtype}({acc}, {acc}_index, {value}, "
+                          f"tl.broadcast_to(rindex, [XBLOCK, RBLOCK]))")
+                for suffix in ("", "_index"):
+                    self.emit(self.masked_update(f"{acc}{suffix}", f"{acc}{suffix}_next"))
+            else:
+                value = self.tile_value(red.body, self.reduction_acc_type(red))
+                self.emit(self.masked_update(acc, self.combine(red, acc, value)))
+        for body, group in welford.items():
+            base = group[0].name
+            wtype = "tl.float64" if body.dtype == torch.float64 else "tl.float32"
+            value = self.tile_value(body, wtype)
+            self.emit(f"# Welford update of {', '.join(r.name for r in group)}")
+            self.emit(f"{base}_value = {value}")
+            self.emit(f"{base}_count_next = {base}_count + 1.0")
+            self.emit(f"{base}_delta = {base}_value - {base}_mean")
+            self.emit(f"{base}_mean_next = {base}_mean + {base}_delta / {base}_count_next")
+            self.emit(f"{base}_m2_next = {base}_m2 + {base}_delta * ({base}_value - {base}_mean_next)")
+            for part in ("mean", "m2", "count"):
+                self.emit(self.masked_update(f"{base}_{part}", f"{base}_{part}_next"))
+        for store in step.stores:
+            self.emit_store(store.buffer, store.index, store.body)
+        self.scopes.pop()
+        self.depth -= 1
+        self.rmask = None
+        for red, acc in accumulators:
+            rtype = red.reduction_type
+            if rtype in ("argmax", "argmin"):
+                result = f"tl.reduce(({acc}, {acc}_index), 1, _ember_{rtype})[1]"
+            else:
+                result = self.reduce_call(red, acc)
+            self.finish(red, f"{result}[:, None]")
+        for body, group in welford.items():
+            base = group[0].name
+            self.emit(f"{base}_mean_all, {base}_m2_all, {base}_count_all = tl.reduce("
+                      f"({base}_mean, {base}_m2, {base}_count), 1, _ember_welford_combine)")
+            self.finish_welford(group, f"{base}_mean_all[:, None]", f"{base}_m2_all[:, None]")
+
+    def masked_update(self, target: str, value: str) -> str:
+        if self.rmask:
+            return f"{target} = tl.where(rmask, {value}, {target})"
+        return f"{target} = {value}"
+
+    def reduction_acc_type(self, red: KernelReduction) -> str:
+        if red.reduction_type in ("max", "min"):
+            return compute_type(red.dtype)
+        return triton_ops.accumulator_type(red.dtype)
+
+    def identity(self, red: KernelReduction) -> str:
+        rtype = red.reduction_type
+        if rtype == "sum":
+            return "0"
+        if rtype == "prod":
+            return "1"
+        return triton_ops.lowest(red.dtype) if rtype == "max" else triton_ops.highest(red.dtype)
+
+    def combine(self, red: KernelReduction, acc: str, value: str) -> str:
+        rtype = red.reduction_type
+        if rtype == "sum":
+            return f"{acc} + {value}"
+        if rtype == "prod":
+            return f"{acc} * {value}"
+        if red.dtype.is_floating_point:
+            return f"_ember_{rtype}_nan({acc}, {value})"
+        if red.dtype == torch.bool:
+            return f"({acc} | {value})" if rtype == "max" else f"({acc} & {value})"
+        return f"tl.{'maximum' if rtype == 'max' else 'minimum'}({acc}, {value})"
+
+    def reduce_call(self, red: KernelReduction, value: str) -> str:
+        rtype = red.reduction_type
+        if rtype == "sum":
+            return f"tl.sum({value}, 1)"
+        if rtype == "prod":
+            return f"tl.reduce({value}, 1, _ember_mul)"
+        if red.dtype.is_floating_point:
+            return f"tl.reduce({value}, 1, _ember_{rtype}_nan)"
+        return f"tl.{rtype}({value}, 1)"
+
+    def finish(self, red: KernelReduction, result: str) -> None:
+        name = f"{red.name}_val"
+        self.emit(f"{name} = ({result}).to({compute_type(red.dtype)})")
+        self.registers[red.name] = name
+
+    def finish_welford(self, group: list[KernelReduction], mean: str, m2: str) -> None:
+        for red in group:
+            name = f"{red.name}_val"
+            if red.reduction_type == "welford_mean":
+                value = mean
+            else:
+                value = f"{m2} / {float(max(self.rnumel - red.correction, 0))!r}"
+            self.emit(f"{name} = ({value}).to({compute_type(red.dtype)})")
+            self.registers[red.name] = name
+
+    # ---------------------------------------------------------- stores and loads
+    def emit_store(self, buffer: str, index: tuple[Index, ...], body: Expr) -> None:
+        plan = self.buffers[buffer]
+        address = self.address(plan, index)
+        if isinstance(body, Const):
+            value = literal(body.value, body.dtype, typed=True)
+        else:
+            value = self.expr(body)
+        if body.dtype != plan.dtype or plan.dtype in LOW_PRECISION:
+            if plan.dtype == torch.bool and body.dtype != torch.bool:
+                value = f"({value} != 0)"
+            else:
+                value = f"{value}.to({triton_ops.TL_TYPE[plan.dtype]})"
+        offset = self.render_index(address)
+        mask = self.mask_for(address)
+        target = f"{self.pointer(buffer)} + ({offset})"
+        self.emit(f"tl.store({target}, {value}{', mask=' + mask if mask else ''})")
+
+    def index_has_inner(self, idx: Index) -> bool:
+        return bool(idx.free_vars() & set(self.inner_vars))
+
+    def mask_for(self, address: Index) -> str | None:
+        if not self.two_d:
+            return self.xmask
+        if self.index_has_inner(address):
+            return self.full_mask()
+        return self.xmask
+
+    def address(self, plan: BufferPlan, index: tuple[Index, ...]) -> Index:
+        flat = ir.const_index(0)
+        for idx, stride, size in zip(index, plan.stride, plan.shape):
+            if size != 1:
+                flat = flat + idx * int(stride)
+        return flat
+
+    def render_load(self, node: Load) -> str:
+        plan = self.buffers[node.buffer]
+        address = self.address(plan, node.index)
+        offset = self.render_index(address)
+        mask = self.mask_for(address)
+        ptr = self.pointer(node.buffer)
+        target = ptr if offset == "0" else f"{ptr} + ({offset})"
+        text = f"tl.load({target}, mask={mask}, other=0)" if mask else f"tl.load({target})"
+        if plan.dtype in LOW_PRECISION:
+            text += ".to(tl.float32)"
+        return text
+
+    # ---------------------------------------------------------- index printing
+    def axis_of(self, var: Var) -> tuple[tuple[Var, ...], str, int] | None:
+        if var in self.outer_vars:
+            return self.outer_vars, "xindex", self.xnumel
+        if var in self.inner_vars:
+            return self.inner_vars, "rindex", self.rnumel
+        return None
+
+    def render_index(self, idx: Index) -> str:
+        """Print an Index over kernel vars, folding contiguous runs of vars back into xindex / rindex."""
+        var_coeffs = {a: c for a, c in idx.terms if isinstance(a, Var) and self.axis_of(a) is not None}
+        parts: list[str] = []
+        for axis_vars, flat, numel in ((self.outer_vars, "xindex", self.xnumel), (self.inner_vars, "rindex", self.rnumel)):
+            i = len(axis_vars) - 1
+            while i >= 0:
+                v = axis_vars[i]
+                if v.size == 1 or v not in var_coeffs:
+                    i -= 1
+                    continue
+                coeff, span = var_coeffs[v], v.size
+                k = i - 1
+                while k >= 0 and (axis_vars[k].size == 1 or var_coeffs.get(axis_vars[k]) == coeff * span):
+                    span *= axis_vars[k].size
+                    k -= 1
+                rowstride = math.prod(u.size for u in axis_vars[i + 1:])
+                text = flat if rowstride == 1 else f"({flat} // {rowstride})"
+                if rowstride * span < numel:
+                    text = f"({text} % {span})"
+                parts.append(text if coeff == 1 else f"{coeff} * {text}")
+                i = k
+        others = Index([(a, c) for a, c in idx.terms if a not in var_coeffs], idx.const)
+        rest = others.render(self.render_atom)
+        if rest != "0" or not parts:
+            parts.append(rest)
+        return " + ".join(parts).replace("+ -", "- ")
+
+    def render_atom(self, atom: ir.Atom) -> str:
+        if isinstance(atom, Var):
+            return self.define_var(atom)
+        if isinstance(atom, ir.FloorDiv):
+            return f"(({self.render_index(atom.arg)}) // {atom.divisor})"
+        if isinstance(atom, ir.ModIndex):
+            return f"(({self.render_index(atom.arg)}) % {atom.divisor})"
+        if isinstance(atom, ir.Indirect):
+            return f"{self.expr(atom.value)}.to({self.config.index_type})"
+        raise TypeError(atom)
+
+    def define_var(self, var: Var) -> str:
+        """``x1 = xindex // 64 % 32``, emitted once per scope where first needed."""
+        axis = self.axis_of(var)
+        if axis is None:
+            raise CompileError(f"unbound loop variable {var}", stage="codegen", op=self.kernel.name)
+        key = ("var", var)
+        found = self.lookup(key)
+        if found:
+            return found
+        axis_vars, flat, numel = axis
+        position = axis_vars.index(var)
+        rowstride = math.prod(u.size for u in axis_vars[position + 1:])
+        text = flat if rowstride == 1 else f"{flat} // {rowstride}"
+        if rowstride * var.size < numel:
+            text = f"({text}) % {var.size}" if rowstride != 1 else f"{text} % {var.size}"
+        self.emit(f"{var.name} = {text}")
+        self.scopes[-1][key] = var.name
+        return var.name
+
+    # ---------------------------------------------------------- expressions
+    def lookup(self, key) -> str | None:
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def expr(self, expr: Expr) -> str:
+        """Emit temporaries for expr (CSE'd per scope) and return the name holding its value."""
+        for node in ir.walk(expr):
+            if self.lookup(node) is not None:
+                continue
+            if isinstance(node, Load) and node.buffer in self.registers:
+                self.scopes[-1][node] = self.registers[node.buffer]
+                continue
+            if isinstance(node, Const):
+                self.scopes[-1][node] = literal(node.value, node.dtype)
+                continue
+            text = self.render_node(node)
+            name = self.new_tmp()
+            self.emit(f"{name} = {text}")
+            self.scopes[-1][node] = name
+        return self.lookup(expr)
+
+    def arg(self, node: Expr, all_const: bool) -> str:
+        if isinstance(node, Const) and all_const:
+            return literal(node.value, node.dtype, typed=True)
+        return self.lookup(node)
+
+    def render_node(self, node: Expr) -> str:
+        if isinstance(node, Load):
+            return self.render_load(node)
+        if isinstance(node, IndexValue):
+            if node.index.is_constant():
+                return literal(node.index.const, node.dtype, typed=True)
+            text = f"({self.render_index(node.index)})"
+            if node.dtype == torch.bool:
+                return f"({text} != 0)"
+            return f"{text}.to({compute_type(node.dtype)})"
+        if isinstance(node, Cast):
+            value = self.arg(node.arg, True)
+            return triton_ops.cast(value, node.arg.dtype, node.dtype)
+        if isinstance(node, Op):
+            all_const = all(isinstance(a, Const) for a in node.args)
+            args = [self.arg(a, all_const or not self.const_ok(node, a)) for a in node.args]
+            return render_op(node, args)
+        raise CompileError(f"cannot print {type(node).__name__}", stage="codegen")
+
+    @staticmethod
+    def const_ok(node: Op, arg: Expr) -> bool:
+        """May a Python literal stand for this constant operand (Triton then infers the right type)?"""
+        if not isinstance(arg, Const):
+            return True
+        return node.op in ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where") and \
+            arg.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+# ============================================================ build entry (backend.py calls this)
+def build_kernels(sched: Schedule) -> tuple[dict[str, tuple], str]:
+    """Generate, cache, compile: kernel name -> (launcher taking tensors, buffer names), plus the source."""
+    from ember.runtime import triton_build
+    if not sched.kernels:
+        return {}, ""
+    source, kernels = generate_triton(sched)
+    kinds = {name: plan.kind for name, plan in sched.buffers.items()}
+    launchers = triton_build.build(source, kernels, kinds)
+    return launchers, f"# {triton_build.module_path(source)}\n{source}"
