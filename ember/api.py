@@ -14,8 +14,8 @@ one to the chosen backend (``backend(graph, example_inputs) -> compiled``).
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.util
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -286,9 +286,7 @@ def reset() -> None:
     for captured in list(_live_captures):
         captured.reset()
     for module_name in ("ember.capture", "ember.backend", "ember.runtime"):
-        if importlib.util.find_spec(module_name) is None:
-            continue
-        module = importlib.import_module(module_name)
+        module = sys.modules.get(module_name)  # a module never imported holds no cache
         reset_module = getattr(module, "reset", None)
         if callable(reset_module):
             reset_module()

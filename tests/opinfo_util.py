@@ -7,7 +7,8 @@
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -62,7 +63,7 @@ def single_op_graph(op: Callable, sample: Any) -> tuple[Graph, list[Any]]:
 
 
 def _run_on_copies(op: Callable, sample: Any) -> Any:
-    copy = lambda v: v.clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
+    copy = lambda v: v.clone() if isinstance(v, torch.Tensor) else v
     return op(copy(sample.input), *tree_map(copy, tuple(sample.args)), **tree_map(copy, dict(sample.kwargs)))
 
 

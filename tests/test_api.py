@@ -7,14 +7,12 @@ import copy
 
 import pytest
 import torch
-from conftest import CAPTURE_IS_STUB
 from torch import nn
 from torch.nn import functional as F
 
 import ember
 from ember.graph import Graph
 
-needs_real_capture = pytest.mark.skipif(CAPTURE_IS_STUB, reason="needs ember.capture (tests run on a stub)")
 BACKENDS = ["eager", "ember"]
 
 
@@ -323,7 +321,6 @@ def graph_break_line() -> str:
     return f"test_api.py:{start + offset}"
 
 
-@needs_real_capture
 def test_explain_reports_graph_breaks_with_location():
     x = torch.randn(3)
     report = ember.explain(graph_break_function, x)
@@ -334,14 +331,12 @@ def test_explain_reports_graph_breaks_with_location():
     torch.testing.assert_close(report.output, x * 2 + 1)
 
 
-@needs_real_capture
 @pytest.mark.xfail(reason="capture runs the whole frame eagerly at a break (no continuations yet)", strict=False)
 def test_graph_break_is_partial():
     report = ember.explain(graph_break_function, torch.randn(3))
     assert report.graph_count == 2 and report.ops_per_graph == [1, 1]
 
 
-@needs_real_capture
 def test_fullgraph_turns_a_break_into_a_compile_error():
     compiled = ember.compile(graph_break_function, fullgraph=True, backend="eager")
     with pytest.raises(ember.CompileError) as info:

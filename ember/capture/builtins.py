@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from . import tensor_ops
+from . import objects, tensor_ops
 from . import values as V
 from .operations import get_item, get_iter, is_same, python_result, set_item, truthiness, unpack
 
@@ -33,6 +33,30 @@ def call_builtin_pure(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[s
         result = fn(*python_args, **python_kwargs)
     except Exception as error:
         raise tx.unsupported(f"{name} raised {type(error).__name__}: {error}") from None
+    return python_result(result)
+
+
+def real_object(tx: Any, value: V.Value) -> Any:
+    """The real object behind a Value whose identity is known (for pure queries like inspect.signature)."""
+    if isinstance(value, V.BoundMethodValue):
+        import types
+        return types.MethodType(real_object(tx, value.func), real_object(tx, value.self_value))
+    if isinstance(value, V.ObjectValue):
+        return value.obj
+    try:
+        return value.as_python()
+    except Unsupported:
+        raise tx.unsupported(f"{value.describe()} passed to a Python library query") from None
+
+
+def call_pure_query(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """Library functions that only inspect their arguments (inspect.signature, ...): run for real."""
+    python_args = [real_object(tx, a) for a in args]
+    python_kwargs = {k: real_object(tx, v) for k, v in kwargs.items()}
+    try:
+        result = fn(*python_args, **python_kwargs)
+    except Exception as error:
+        raise tx.unsupported(f"{getattr(fn, '__qualname__', fn)} raised {type(error).__name__}: {error}") from None
     return python_result(result)
 
 
@@ -72,6 +96,8 @@ def _len(tx, args, kwargs):
     if isinstance(value, V.ModuleValue):
         from .modules import module_len
         return V.ConstantValue(module_len(tx, value))
+    if objects.is_object_like(value):
+        return V.ConstantValue(objects.length(tx, value))
     return call_builtin_pure(tx, len, args, kwargs)
 
 
@@ -227,6 +253,8 @@ def _has_attr(tx, value: V.Value, name: str) -> bool:
         return hasattr(value.obj, name)
     if isinstance(value, V.DataclassValue):
         return name in value.fields or hasattr(value.cls, name)
+    if isinstance(value, objects.InstanceValue):
+        return name in value.attrs or hasattr(value.cls, name)
     return hasattr(value.python_type(), name)
 
 
@@ -254,6 +282,8 @@ def _callable(tx, args, kwargs):
     if isinstance(value, (V.FunctionValue, V.BoundMethodValue, V.ModuleValue, V.TensorMethodValue,
                           V.ContainerMethodValue)):
         return V.ConstantValue(True)
+    if isinstance(value, objects.InstanceValue):
+        return V.ConstantValue(callable(value.cls))
     if isinstance(value, V.ObjectValue):
         return V.ConstantValue(callable(value.obj))
     return V.ConstantValue(False)

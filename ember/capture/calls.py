@@ -9,23 +9,64 @@ namedtuples are built as Values; anything else is Unsupported.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
+import inspect
 import math
 import operator
+import sys
 import types
 from typing import Any
 
 import torch
 
-from . import tensor_ops
+from . import objects, tensor_ops
 from . import values as V
 from .inline import inline_function_value, inline_real_function
+from .objects import InstanceValue
 
 # torch functions that only read global state: evaluated now (their state is guarded or constant)
-_TORCH_PURE_QUERIES = {torch.is_grad_enabled, torch.is_tensor, torch.is_floating_point, torch.get_default_dtype,
+_TORCH_PURE_QUERIES = {torch.is_grad_enabled, torch.is_tensor, torch.is_floating_point,
                        torch.is_complex, torch.finfo, torch.iinfo, torch.Size, torch.device,
                        torch.promote_types, torch.result_type, torch.can_cast}
 _GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+
+
+def _compile_state_queries() -> dict[Any, Any]:
+    """``torch.compiler.is_compiling()`` and friends: constants while capturing.
+
+    Library code checks them to pick a traceable path (no data-dependent checks, no
+    ContextVar); capture answers like a graph-capturing compiler, and the answers
+    never change between calls, so they need no guard."""
+    answers: dict[Any, Any] = {}
+    for owner, name, answer in [
+        ("torch.compiler", "is_compiling", True), ("torch.compiler", "is_dynamo_compiling", True),
+        ("torch.compiler", "is_exporting", False), ("torch._utils", "is_compiling", True),
+        ("torch.jit", "is_tracing", False), ("torch.jit", "is_scripting", False),
+        ("torch._jit_internal", "is_scripting", False), ("torch._C", "_get_tracing_state", None),
+        ("torch.fx._symbolic_trace", "is_fx_tracing", False),
+        ("torch.fx._symbolic_trace", "is_fx_symbolic_tracing", False),
+    ]:
+        module = sys.modules.get(owner)
+        fn = getattr(module, name, None) if module is not None else None
+        if fn is not None:
+            answers[fn] = answer
+    return answers
+
+
+_COMPILE_STATE_QUERIES = _compile_state_queries()
+# torch global state that may change between calls: evaluated now and guarded
+_GUARDED_TORCH_QUERIES = {fn for fn in (
+    getattr(torch, "get_default_dtype", None), getattr(torch, "is_autocast_enabled", None),
+    getattr(torch, "get_autocast_dtype", None), getattr(torch, "is_inference_mode_enabled", None),
+    getattr(torch, "is_autocast_cache_enabled", None), getattr(torch, "get_autocast_gpu_dtype", None),
+    getattr(torch, "get_autocast_cpu_dtype", None)) if fn is not None}
+_MODULE_CALL_ENTRIES = {torch.nn.Module.__call__, torch.nn.Module._call_impl,
+                        getattr(torch.nn.Module, "_wrapped_call_impl", torch.nn.Module._call_impl)}
+# library functions that only look at their (identity-known) arguments: evaluated for real
+_PURE_LIBRARY_QUERIES = {inspect.signature, inspect.getfullargspec, inspect.isclass, inspect.isfunction,
+                         inspect.ismethod, inspect.isroutine, inspect.iscoroutinefunction,
+                         inspect.isgeneratorfunction, inspect.isabstract, inspect.getmro}
 _UNSAFE_TORCH = {torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_grad_enabled,
                  torch.use_deterministic_algorithms}
 
@@ -48,6 +89,11 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
     if isinstance(callee, V.ModuleValue):
         from .modules import call_module
         return call_module(tx, callee, args, kwargs)
+    if isinstance(callee, InstanceValue):
+        call_method = inspect.getattr_static(callee.cls, "__call__", None)
+        if isinstance(call_method, types.FunctionType):
+            return inline_real_function(tx, call_method, [callee] + args, kwargs)
+        raise tx.unsupported(f"calling {callee.describe()}")
     if isinstance(callee, V.UserObjectValue):
         call_method = getattr(type(callee.obj), "__call__", None)
         if isinstance(call_method, types.FunctionType):
@@ -64,6 +110,16 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     from .builtins import BUILTIN_HANDLERS, call_builtin_pure
     if fn in BUILTIN_HANDLERS if _hashable(fn) else False:
         return BUILTIN_HANDLERS[fn](tx, args, kwargs)
+    if _hashable(fn) and fn in _COMPILE_STATE_QUERIES:
+        return V.ConstantValue(_COMPILE_STATE_QUERIES[fn])
+    if _hashable(fn) and fn in _GUARDED_TORCH_QUERIES:
+        return _guarded_state_query(tx, fn, args, kwargs)
+    if _hashable(fn) and fn in _MODULE_CALL_ENTRIES and args and isinstance(args[0], V.ModuleValue):
+        from .modules import call_module_impl  # super().__call__(...) from a module's own __call__
+        return call_module_impl(tx, args[0], list(args[1:]), kwargs)
+    if _hashable(fn) and fn in _PURE_LIBRARY_QUERIES:
+        from .builtins import call_pure_query
+        return call_pure_query(tx, fn, args, kwargs)
     if fn is print:
         raise tx.unsupported("print() inside a compiled function", "print outside, or use EMBER_LOGS")
     if isinstance(fn, type):
@@ -94,8 +150,28 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         return inline_real_function(tx, fn, args, kwargs)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         return inline_real_function(tx, fn.__func__, [session.wrap(fn.__self__, None)] + args, kwargs)
+    if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        result = objects.call_base_method(tx, fn, args, kwargs)
+        if result is not None:
+            return result
     raise tx.unsupported(f"call to unknown C function {getattr(fn, '__qualname__', repr(fn))}",
                          "capture only understands torch ops, builtins and Python code")
+
+
+def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    from .builtins import _constants
+    python_args, python_kwargs = _constants(tx, args, kwargs, getattr(fn, "__name__", "query"))
+    result = fn(*python_args, **python_kwargs)
+    tx.session.guards.add(None, "{fn}(*{args}, **{kwargs}) == {result}", fn=fn, args=tuple(python_args),
+                          kwargs=python_kwargs, result=result)
+    return V.ConstantValue(result)
+
+
+def _is_simple_dataclass(cls: type) -> bool:
+    """Built as a DataclassValue from its fields: nothing but the generated __init__ runs."""
+    return "__post_init__" not in dir(cls) and all(f.init for f in dataclasses.fields(cls)) and \
+        cls.__setattr__ is object.__setattr__ and not issubclass(cls, dict) and \
+        not any(isinstance(v, (property, functools.cached_property)) for v in vars(cls).values())
 
 
 def _hashable(value: Any) -> bool:
@@ -136,9 +212,14 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
         raise tx.unsupported("torch.autocast inside a compiled function", "compile inside the autocast region")
     if cls in _TORCH_PURE_QUERIES:
         return call_builtin_pure(tx, cls, args, kwargs)
+    if issubclass(cls, torch.nn.Module):
+        raise tx.unsupported(f"creating module {cls.__name__} inside a compiled function")
+    if dataclasses.is_dataclass(cls) and not _is_simple_dataclass(cls) or \
+            not dataclasses.is_dataclass(cls) and objects.can_instantiate(cls):
+        if not objects.can_instantiate(cls):
+            raise tx.unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or C base class)")
+        return objects.instantiate(tx, cls, args, kwargs)
     if dataclasses.is_dataclass(cls):
-        if "__post_init__" in dir(cls) or any(not f.init for f in dataclasses.fields(cls)):
-            raise tx.unsupported(f"dataclass {cls.__name__} with __post_init__ or init=False fields")
         from .inline import bind_arguments
         init = cls.__init__
         defaults = tuple(tx.session.wrap(d, None) for d in (init.__defaults__ or ()))
@@ -152,8 +233,8 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
         defaults = tuple(tx.session.wrap(d, None) for d in (new.__defaults__ or ()))
         bound = bind_arguments(new.__code__, cls.__name__, [V.NONE] + args, kwargs, defaults, {})
         return V.TupleValue([bound[f] for f in cls._fields], None, cls)
-    if issubclass(cls, torch.nn.Module):
-        raise tx.unsupported(f"creating module {cls.__name__} inside a compiled function")
+    if isinstance(cls, enum.EnumMeta):  # MyEnum(value): a lookup among constant members
+        return call_builtin_pure(tx, cls, args, kwargs)
     if issubclass(cls, BaseException):
         raise tx.unsupported(f"creating exception {cls.__name__}")
     raise tx.unsupported(f"creating an instance of {cls.__qualname__}")

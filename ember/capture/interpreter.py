@@ -36,6 +36,16 @@ CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterabl
 _BINARY_OPS = {name: i for i, (_, name) in enumerate(getattr(dis, "_nb_ops", []))}
 
 
+def _has_python_enter_exit(manager: V.Value) -> bool:
+    try:
+        cls = manager.python_type()
+    except Exception:
+        return False
+    import inspect
+    return all(isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
+               for name in ("__enter__", "__exit__"))
+
+
 class RealCell:
     """A closure cell of a real function: read through a guarded source."""
 
@@ -117,6 +127,8 @@ class InstructionTranslator:
                 except Unsupported as error:
                     if not error.source_line:
                         error.source_line = self.session.current_line()
+                    # innermost first: where in the inlined call chain the break happened (for logs)
+                    error.__dict__.setdefault("inline_stack", []).append(f"{self.location()} {self.function_name}")
                     raise
                 index = self.index_of_offset[jump] if jump is not None else index + 1
         finally:
@@ -476,8 +488,17 @@ class InstructionTranslator:
     def BEFORE_WITH(self, inst):
         manager = self.pop()
         if not isinstance(manager, V.GradModeValue):
-            raise self.unsupported(f"with-block on {manager.describe()}",
-                                   "only torch.no_grad/enable_grad/set_grad_enabled are captured")
+            # a context manager written in Python (contextlib.nullcontext, a user class): inline
+            # __enter__ now; the bytecode calls the pushed __exit__(None, None, None) on normal exit
+            enter = ops.get_attr(self, manager, "__enter__") if _has_python_enter_exit(manager) else None
+            if enter is None:
+                raise self.unsupported(f"with-block on {manager.describe()}",
+                                       "grad-mode managers and context managers written in Python are captured")
+            exit_method = ops.get_attr(self, manager, "__exit__")
+            result = calls.call(self, enter, [], {})
+            self.push(exit_method)
+            self.push(result)
+            return
         ops.enter_grad_mode(self, manager)
         self.active_contexts.append(manager)
         self.push(V.ContextExitValue(manager))

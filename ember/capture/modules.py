@@ -34,8 +34,9 @@ def module_get_attr(tx: Any, value: V.ModuleValue, name: str) -> V.Value:
         return V.ConstantValue(module.training)
     try:
         static = inspect.getattr_static(type(module), name)
+        has_static = True
     except AttributeError:
-        static = None
+        static, has_static = None, False
     instance_dict = module.__dict__
     if isinstance(static, property):
         from .calls import call
@@ -51,7 +52,7 @@ def module_get_attr(tx: Any, value: V.ModuleValue, name: str) -> V.Value:
             return _wrap_attr(tx, value, name, instance_dict[store][name])
     if name in instance_dict:
         return _wrap_attr(tx, value, name, instance_dict[name])
-    if static is not None:
+    if has_static:
         return _wrap_attr(tx, value, name, getattr(module, name))
     raise tx.unsupported(f"{type(module).__name__} has no attribute {name!r}")
 
@@ -134,6 +135,15 @@ def call_module(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict
         if isinstance(call_method, types.FunctionType):
             return call(tx, V.ObjectValue(call_method), [value] + args, kwargs)
         raise tx.unsupported(f"{type(module).__name__}.__call__ is not Python code")
+    return call_module_impl(tx, value, args, kwargs)
+
+
+def call_module_impl(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """What ``nn.Module.__call__`` does: forward pre-hooks, forward, forward hooks."""
+    from .calls import call
+    module = value.obj
+    if value.source is None:
+        raise tx.unsupported("calling a module without a source")
     _guard_hooks(tx, value)
     for hook_id, hook in module._forward_pre_hooks.items():
         with_kwargs = hook_id in module._forward_pre_hooks_with_kwargs

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from . import tensor_ops
+from . import objects, tensor_ops
 from . import values as V
 from .sources import AttrSource, ItemSource
 
@@ -67,6 +67,8 @@ def truthiness(tx: Any, value: V.Value) -> bool:
         return bool(value.items)
     if isinstance(value, V.ConstantValue):
         return bool(value.value)
+    if objects.is_object_like(value):
+        return objects.truthiness(tx, value)
     if isinstance(value, V.ModuleValue):
         if hasattr(type(value.obj), "__len__"):
             return bool(len(value.obj))
@@ -145,6 +147,8 @@ def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
 
 
 def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
+    if objects.is_object_like(container):
+        return objects.contains(tx, container, item)
     if isinstance(container, V.DictValue):
         return _constant(tx, item, "in") in container.items
     if isinstance(container, V.SetValue):
@@ -193,6 +197,10 @@ def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
         return module_get_item(tx, obj, _constant(tx, index, "[]"))
     if isinstance(obj, V.ConstantValue):
         return python_result(obj.value[_constant(tx, index, "[]")])
+    if objects.is_object_like(obj):
+        result = objects.get_item(tx, obj, index)
+        if result is not None:
+            return result
     if isinstance(obj, V.UserObjectValue) and obj.source is not None:
         key = _constant(tx, index, "[]")
         return tx.session.wrap(obj.obj[key], ItemSource(obj.source, key))
@@ -209,6 +217,9 @@ def list_target(tx: Any, value: V.Value) -> V.ListValue:
 def set_item(tx: Any, obj: V.Value, index: V.Value, value: V.Value) -> None:
     if isinstance(obj, V.TensorValue):
         tensor_ops.record_call(tx.session, operator.setitem, [obj, index, value], {})
+        return
+    if objects.is_object_like(obj):
+        objects.set_item(tx, obj, index, value)
         return
     key = _constant(tx, index, "[]=")
     if isinstance(obj, V.ListValue):
@@ -261,6 +272,8 @@ def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
         if not value.meta.shape:
             raise tx.unsupported("iterating over a 0-d tensor")
         return V.IteratorValue([get_item(tx, value, V.ConstantValue(i)) for i in range(value.meta.shape[0])])
+    if objects.is_object_like(value):
+        return objects.get_iter(tx, value)
     if isinstance(value, V.ModuleValue):
         from .modules import module_iter
         return V.IteratorValue(module_iter(tx, value))
@@ -287,6 +300,8 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
         return module_get_attr(tx, obj, name)
     if isinstance(obj, V.SuperValue):
         return _super_attr(tx, obj, name)
+    if isinstance(obj, objects.InstanceValue):
+        return objects.get_attr(tx, obj, name)
     if isinstance(obj, V.TupleValue) and name in obj.fields:
         return obj.items[obj.fields.index(name)]
     if isinstance(obj, V.DataclassValue):
@@ -298,7 +313,10 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
             raise tx.unsupported(f"attribute {name!r} of {obj.describe()}")
         return V.ContainerMethodValue(name, obj)
     if isinstance(obj, V.ConstantValue):
-        attr = getattr(obj.value, name)
+        try:
+            attr = getattr(obj.value, name)
+        except AttributeError:
+            raise tx.unsupported(f"{type(obj.value).__name__} object has no attribute {name!r}") from None
         if callable(attr) and not isinstance(attr, type):
             return V.ContainerMethodValue(name, obj)
         return python_result(attr)
@@ -373,7 +391,7 @@ def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
     self_value = obj.self_value
     if isinstance(self_value, (V.ObjectValue,)):
         instance_type = type(self_value.obj)
-    elif isinstance(self_value, V.DataclassValue):
+    elif isinstance(self_value, (V.DataclassValue, objects.InstanceValue)):
         instance_type = self_value.cls
     else:
         raise tx.unsupported(f"super() on {self_value.describe()}")
@@ -386,7 +404,10 @@ def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
             if isinstance(attr, property):
                 from .calls import call
                 return call(tx, V.ObjectValue(attr.fget), [self_value], {})
-            if callable(attr) and name in ("__init__", "__call__"):
+            if isinstance(attr, (staticmethod, classmethod)):
+                return objects.bind_class_attribute(tx, attr, self_value, instance_type)
+            if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)) or \
+                    callable(attr) and name in ("__init__", "__call__"):
                 return V.BoundMethodValue(V.ObjectValue(attr), self_value)
             return tx.session.wrap(attr, None)
     raise tx.unsupported(f"super() has no attribute {name!r}")
@@ -395,6 +416,9 @@ def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
 def set_attr(tx: Any, obj: V.Value, name: str, value: V.Value) -> None:
     if isinstance(obj, V.DataclassValue):
         obj.fields[name] = value
+        return
+    if isinstance(obj, objects.InstanceValue):
+        objects.set_attr(tx, obj, name, value)
         return
     if isinstance(obj, V.TensorValue):
         raise tx.unsupported(f"setting tensor attribute .{name}")

@@ -18,6 +18,7 @@ import torch
 
 from ..errors import Unsupported
 from ..graph import Graph, TensorMeta
+from . import objects
 from . import values as V
 from .guards import CodeNamespace, GuardSet, add_tensor_guard, add_value_guard
 from .sources import AttrSource, ItemSource, Source
@@ -115,6 +116,9 @@ class CaptureSession:
             guards.add(source, "{v}.__func__ is {fn}", fn=value.__func__)
             return V.BoundMethodValue(self.wrap(value.__func__, AttrSource(source, "__func__")),
                                       self.wrap(value.__self__, AttrSource(source, "__self__")))
+        if isinstance(value, types.CodeType):  # immutable: its attributes are constants once identity is known
+            guards.add(source, "{v} is {code}", code=value)
+            return V.ConstantValue(value)
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
                               types.MethodWrapperType, types.WrapperDescriptorType,
                               types.MethodDescriptorType)) or callable(value) and _is_library(value):
@@ -247,6 +251,8 @@ class _EpilogueBuilder:
             cls = self.namespace.bind(value.cls, value.cls.__name__)
             args = ", ".join(f"{k}={self.expr(v)}" for k, v in value.fields.items())
             return f"{cls}({args})"
+        if isinstance(value, objects.InstanceValue):
+            return self._instance(value)
         if isinstance(value, V.BoundMethodValue):
             return f"{self.expr(value.func)}.__get__({self.expr(value.self_value)})"
         if isinstance(value, V.ObjectValue):
@@ -254,6 +260,19 @@ class _EpilogueBuilder:
                 return value.source.code(self.namespace)
             return self.namespace.bind(value.obj, "obj")
         raise Unsupported(f"returning or storing {value.describe()} from a compiled frame")
+
+    def _instance(self, value: objects.InstanceValue) -> str:
+        """An object built in the trace: rebuilt without re-running __init__ (see objects.py)."""
+        rebuild = self.namespace.bind(objects.rebuild_instance, "rebuild_instance")
+        cls = self.namespace.bind(value.cls, value.cls.__name__)
+        items = "None"
+        if value.dict_items is not None:
+            items = "[" + "".join(f"({self._key(k)}, {self.expr(v)}), " for k, v in value.dict_items.items.items()) + "]"
+        attrs = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items()) + "}"
+        return f"{rebuild}({cls}, {items}, {attrs})"
+
+    def _key(self, key: Any) -> str:
+        return repr(key) if isinstance(key, (str, int)) or key is None else self.namespace.bind(key, "key")
 
     def mutation_statements(self) -> list[str]:
         statements = []

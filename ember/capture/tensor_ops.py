@@ -71,6 +71,8 @@ def to_graph_arg(value: V.Value) -> Any:
 def _is_in_place(target: Any, kwargs: dict) -> bool:
     if target in IN_PLACE_OPERATORS:
         return True
+    if getattr(target, "__module__", None) in ("_operator", "operator"):  # operator.and_ / or_ are not in place
+        return False
     name = target_name(target)
     if name.endswith("_") and not name.endswith("__"):
         return True

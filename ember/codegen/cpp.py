@@ -258,7 +258,7 @@ class KernelPrinter:
             self.emit(inner_depth, f"const {acc_type} {base}_delta = {value} - {mean};")
             self.emit(inner_depth, f"{base}_m2 += {base}_delta * {base}_delta;")
             self.scopes.pop()
-            self.close_inner_loops(depth)
+            self.close_inner_loops(inner_depth)
             for red in group:
                 ctype = compute_type(red.dtype)
                 if red.reduction_type == "welford_mean":

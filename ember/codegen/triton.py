@@ -126,6 +126,7 @@ class TritonKernelPrinter:
         self.tmp_counter = 0
         self.scopes: list[dict] = []
         self.registers: dict[str, str] = {}     # reduction name -> variable holding its [XBLOCK, 1] result
+        self.written: set[str] = set()          # buffers this kernel has stored so far
         self.outer_vars = tuple(kernel.outer_vars)
         self.inner_vars = tuple(kernel.inner_vars)
         self.xnumel = kernel.outer_numel
@@ -237,12 +238,21 @@ class TritonKernelPrinter:
                 self.rmask = "rmask"
                 self.emit("rmask = rindex < rnumel")
         for step in self.kernel.steps:
+            self.barrier_if_rereading(step)
             if not step.inner:
                 self.emit_row_stores(step)
             elif c.kind == "persistent":
                 self.emit_persistent_step(step)
             else:
                 self.emit_looped_step(step)
+
+    def barrier_if_rereading(self, step: LoopStep) -> None:
+        """A looped step that reloads a buffer an earlier loop stored needs the stores visible to all threads."""
+        if self.config.kind != "looped" or not self.written:
+            return
+        bodies = [r.body for r in step.reductions] + [s.body for s in step.stores]
+        if any(ld.buffer in self.written for body in bodies for ld in ir.loads(body)):
+            self.emit("tl.debug_barrier()  # the loop below re-reads what an earlier loop stored")
 
     def emit_row_stores(self, step: LoopStep) -> None:
         for store in step.stores:
@@ -444,17 +454,28 @@ class TritonKernelPrinter:
         if body.dtype != plan.dtype or plan.dtype in LOW_PRECISION:
             if plan.dtype == torch.bool and body.dtype != torch.bool:
                 value = f"({value} != 0)"
+            elif plan.dtype in LOW_PRECISION:
+                value = triton_ops.to_storage(value, plan.dtype)
             else:
                 value = f"{value}.to({triton_ops.TL_TYPE[plan.dtype]})"
+        # later reads of this element in the kernel reuse the value (a reload could race with the store)
+        reread = triton_ops.cast(value, body.dtype, plan.dtype) if plan.dtype in LOW_PRECISION else \
+            self.expr(Cast(body, plan.dtype)) if body.dtype != plan.dtype and not isinstance(body, Const) else value
+        self.scopes[-1][("stored", buffer, tuple(index))] = reread
+        self.written.add(buffer)
         offset = self.render_index(address)
-        mask = self.mask_for(address)
+        if not address.free_vars():
+            offset += " + tl.zeros_like(xindex)"     # a block of values needs a block of pointers
+        mask = self.mask_for(address, store=True)
         target = f"{self.pointer(buffer)} + ({offset})"
         self.emit(f"tl.store({target}, {value}{', mask=' + mask if mask else ''})")
 
     def index_has_inner(self, idx: Index) -> bool:
         return bool(idx.free_vars() & set(self.inner_vars))
 
-    def mask_for(self, address: Index) -> str | None:
+    def mask_for(self, address: Index, store: bool = False) -> str | None:
+        if not address.free_vars() and not store:
+            return None                  # one element, always in bounds: a scalar load
         if not self.two_d:
             return self.xmask
         if self.index_has_inner(address):
@@ -561,6 +582,11 @@ class TritonKernelPrinter:
             if isinstance(node, Load) and node.buffer in self.registers:
                 self.scopes[-1][node] = self.registers[node.buffer]
                 continue
+            if isinstance(node, Load):
+                stored = self.lookup(("stored", node.buffer, tuple(node.index)))
+                if stored is not None:
+                    self.scopes[-1][node] = stored
+                    continue
             if isinstance(node, Const):
                 self.scopes[-1][node] = literal(node.value, node.dtype)
                 continue

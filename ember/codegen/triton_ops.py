@@ -80,16 +80,32 @@ def highest(dtype: torch.dtype) -> str:
     return str(torch.iinfo(dtype).max)
 
 
+def interpreted() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def to_storage(value: str, dtype: torch.dtype) -> str:
+    """Convert an fp32 value to bf16/fp16 storage, rounding to nearest even.
+
+    Triton's interpreter truncates fp32 -> bf16, so interpreted kernels round explicitly first
+    (GPU kernels use the hardware's round-to-nearest-even conversion).
+    """
+    if dtype == torch.bfloat16 and interpreted():
+        value = f"_ember_round_bf16({value})"
+    return f"{value}.to({TL_TYPE[dtype]})"
+
+
 def cast(value: str, src: torch.dtype, dst: torch.dtype) -> str:
     if src == dst:
         return value
     if src in LOW_PRECISION and dst != src:
         # the value is a bf16/fp16 tensor in eager: round it before it changes type
-        value = f"{value}.to({TL_TYPE[src]}).to(tl.float32)"
+        value = f"{to_storage(value, src)}.to(tl.float32)"
     if dst == torch.bool:
         return f"({value} != 0)"
     if dst in LOW_PRECISION:
-        return f"{value}.to({TL_TYPE[dst]}).to(tl.float32)"
+        return f"{to_storage(value, dst)}.to(tl.float32)"
     return f"{value}.to({TL_TYPE[dst]})"
 
 
@@ -243,6 +259,14 @@ def _ember_floordiv_float(a, b):
     floordiv = tl.where(div - floordiv > 0.5, floordiv + 1.0, floordiv)
     floordiv = tl.where(div == 0, libm.copysign(div * 0.0, a / b), floordiv)
     return tl.where(b == 0, a / b, floordiv)
+
+
+@triton.jit
+def _ember_round_bf16(x):
+    # fp32 -> nearest-even bf16 value (still fp32); NaN stays NaN
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+    return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
 
 
 @triton.jit

@@ -14,6 +14,7 @@ Kernel launchers are device-specific and passed in as ``launchers``: name ->
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,8 @@ import torch
 
 from ember.graph import tree_map
 from ember.lower import ir
-from ember.lower.scheduler import ExternCall, Schedule
+from ember.errors import CompileError
+from ember.lower.scheduler import BufferPlan, ExternCall, Schedule
 
 
 class WrapperSource:
@@ -32,6 +34,10 @@ class WrapperSource:
         self.globals: dict[str, Any] = {"torch": torch}
 
     def bind(self, hint: str, value: Any) -> str:
+        # a hint may come from a callable's __name__ ("<lambda>"): keep only identifier characters
+        hint = re.sub(r"\W", "_", hint) or "value"
+        if hint[0].isdigit():
+            hint = f"_{hint}"
         name = hint
         n = 0
         while name in self.globals and self.globals[name] is not value:
@@ -117,6 +123,8 @@ def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], 
     fn = out.bind(f"_extern_{getattr(node.fn, '__name__', 'fn')}", node.fn)
 
     def arg_text(value: Any) -> Any:
+        if isinstance(value, ir.BufferView):
+            return _Raw(_strided_view(expr_of[value.name], value, sched.buffers[value.name]))
         if isinstance(value, ir.BufferRef):
             return _Raw(expr_of[value.name])
         return value
@@ -124,18 +132,34 @@ def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], 
     args = tree_map(arg_text, node.args)
     kwargs = tree_map(arg_text, node.kwargs)
     parts = [_py(out, a) for a in args] + [f"{k}={_py(out, v)}" for k, v in kwargs.items()]
-    result = f"{node.name}_result"
+    single = len(step.outputs) == 1 and step.outputs[0].item is None
+    result = step.outputs[0].name if single else f"{node.name}_result"
     out.lines.append(f"    {result} = {fn}({', '.join(parts)})  # extern{' at ' + node.source if node.source else ''}")
     for output in step.outputs:
         plan = sched.buffers[output.name]
-        source = result if output.item is None else f"{result}[{output.item}]"
-        out.lines.append(f"    {output.name} = {source}")
+        if not single:
+            out.lines.append(f"    {output.name} = {result}[{output.item}]")
         if math.prod(plan.shape) > 1:
             # kernels index extern results with the strides predicted at compile time: enforce them
             fix = out.bind("_restride", _restride)
             out.lines.append(f"    if {output.name}.stride() != {plan.stride!r}: "
                              f"{output.name} = {fix}({output.name}, {plan.stride!r})")
         expr_of[output.name] = output.name
+
+
+def _strided_view(base: str, view: ir.BufferView, plan: BufferPlan) -> str:
+    """``base.as_strided(...)`` for a view an Extern reads (sizes and strides precomputed here)."""
+    layout = ir.strided_layout(view.index, view.vars, plan.shape, plan.stride)
+    if layout is None:
+        raise CompileError(f"extern argument viewing {view.name} is not strided in its buffer layout",
+                           stage="codegen")
+    stride, offset = layout
+    if plan.kind in ("input", "extern"):
+        # inputs and extern results may start inside their storage; offsets here are relative
+        start = f"{base}.storage_offset() + {offset}" if offset else f"{base}.storage_offset()"
+    else:
+        start = str(offset) if offset else ""
+    return f"{base}.as_strided({tuple(view.shape)!r}, {stride!r}{', ' + start if start else ''})"
 
 
 def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:

@@ -15,6 +15,9 @@ from typing import Any
 from ember.graph import Graph
 
 
+MAX_PRINTED_GUARDS = 12
+
+
 @dataclasses.dataclass
 class GraphBreak:
     """Where capture stopped a graph, and why."""
@@ -60,8 +63,16 @@ class ExplainReport:
             lines.append("Recompiles:")
             lines += [f"  - {reason}" for reason in self.recompile_reasons]
         lines.append(f"Guards ({len(self.guards)}):")
-        lines += [f"  {guard}" for guard in self.guards]
+        lines += [f"  {_one_line(guard)}" for guard in self.guards[:MAX_PRINTED_GUARDS]]
+        if len(self.guards) > MAX_PRINTED_GUARDS:  # a module has a few per submodule: keep the summary short
+            lines.append(f"  ... {len(self.guards) - MAX_PRINTED_GUARDS} more in report.guards")
         return "\n".join(lines)
+
+
+def _one_line(text: str, width: int = 160) -> str:
+    """A guard as one short line (module reprs inside guard texts span many lines)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def report_from_events(events: list[Any], output: Any = None) -> ExplainReport:

@@ -122,6 +122,8 @@ class Index:
         merged: dict[Atom, int] = {}
         for atom, coeff in terms:
             merged[atom] = merged.get(atom, 0) + coeff
+        if len(merged) >= 2 and any(isinstance(a, ModIndex) for a in merged):
+            const += _merge_div_mod(merged)
         self.terms: tuple[tuple[Atom, int], ...] = tuple(
             sorted(((a, c) for a, c in merged.items() if c != 0), key=lambda t: _atom_order(t[0])))
         self.const = int(const)
@@ -255,6 +257,29 @@ class Index:
         return self.render(str)
 
     __repr__ = __str__
+
+
+def _merge_div_mod(merged: dict[Atom, int]) -> int:
+    """Rewrite c*d*(a // d) + c*(a % d) as c*a in place (a reshape composed with its inverse).
+
+    Returns the constant part of the merged ``a``s; their terms are added to ``merged``."""
+    const = 0
+    changed = True
+    while changed:
+        changed = False
+        for atom, coeff in list(merged.items()):
+            if not isinstance(atom, ModIndex) or coeff == 0:
+                continue
+            quotient = FloorDiv(atom.arg, atom.divisor)
+            if merged.get(quotient, 0) != coeff * atom.divisor:
+                continue
+            del merged[atom], merged[quotient]
+            for inner_atom, inner_coeff in atom.arg.terms:
+                merged[inner_atom] = merged.get(inner_atom, 0) + coeff * inner_coeff
+            const += coeff * atom.arg.const
+            changed = True
+            break
+    return const
 
 
 def _atom_order(atom: Atom) -> tuple:
@@ -584,6 +609,47 @@ class BufferRef:
     """An Extern argument that is a tensor of the program (materialized by the scheduler)."""
 
     name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferView(BufferRef):
+    """An Extern argument that is a view of buffer ``name``, passed as ``base.as_strided(...)``.
+
+    ``index`` is the base's logical index as an affine function of ``vars`` (one Var per dim of
+    the view), so the host derives size/stride/offset from the base's BufferPlan strides."""
+
+    shape: tuple[int, ...] = ()
+    index: tuple[Index, ...] = ()
+    vars: tuple[Var, ...] = ()
+
+
+def contiguous_strides(shape: Iterable[int]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for size in reversed(tuple(shape)):
+        strides.append(running)
+        running *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+def strided_layout(index: tuple[Index, ...], vars_: tuple[Var, ...], base_shape: tuple[int, ...],
+                   base_stride: tuple[int, ...]) -> tuple[tuple[int, ...], int] | None:
+    """(stride, offset) of the view ``base[index(vars)]`` over a base with these strides, or None.
+
+    None when the address is not affine in the view's vars (a reshape that needs a copy, a
+    gather).  Offsets are in elements, relative to the base's data pointer."""
+    flat = const_index(0)
+    for idx, size, stride in zip(index, base_shape, base_stride):
+        if size != 1:
+            flat = flat + idx * int(stride)
+    coefficients = dict(flat.terms)
+    if any(not isinstance(atom, Var) or atom not in vars_ for atom in coefficients):
+        return None
+    strides, running = [], 1
+    for var in reversed(vars_):
+        # a size-1 dim's stride is free: give it the contiguous value (BLAS checks leading dims)
+        strides.append(coefficients.get(var, 0) if var.size != 1 else running)
+        running *= max(var.size, 1)
+    return tuple(reversed(strides)), flat.const
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ loads through them.  Nothing is decided about fusion here (lower/scheduler.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Callable
@@ -114,7 +115,7 @@ class _Lowering:
         """Anything without a loop lowering runs eagerly: correct, just not fused."""
         name = node.name
         fn = node.target.reference if isinstance(node.target, Prim) else node.target
-        to_ref = lambda v: ir.BufferRef(self.materialize(self.env[v], node).node_name) \
+        to_ref = lambda v: self.extern_argument(self.env[v], node) \
             if isinstance(v, Node) and isinstance(self.env[v], TensorValue) else self.value(v)
         args, kwargs = tree_map(to_ref, node.args), tree_map(to_ref, node.kwargs)
         for leaf in tree_leaves((args, kwargs)):
@@ -123,6 +124,8 @@ class _Lowering:
         self.nodes[name] = ir.Extern(name, (), torch.float32, fn, args, kwargs,
                                      source=node.source_line or "")
         meta = node.meta
+        if fn in _LAYOUT_PROBED_EXTERNS and isinstance(meta, TensorMeta) and meta.device.type == "cpu":
+            meta = self.probe_output_layout(fn, args, kwargs, meta)
         if isinstance(meta, TensorMeta):
             return self.add(ir.ExternOutput(f"{name}_out", tuple(meta.shape), meta.dtype, name, None,
                                             tuple(meta.stride), int(meta.storage_offset)))
@@ -132,6 +135,39 @@ class _Lowering:
                          if isinstance(m, TensorMeta) else None for i, m in enumerate(meta))
         raise CompileError("extern without tensor meta", stage="lower", op=str(node.target),
                            source_line=node.source_line or "")
+
+    def probe_output_layout(self, fn: Any, args: Any, kwargs: Any, meta: TensorMeta) -> TensorMeta:
+        """Run the extern once on zero tensors laid out as its real arguments will be, and keep
+        the strides it really returns (the meta device gets them wrong for some CPU kernels)."""
+        def real(value: Any) -> Any:
+            if not isinstance(value, ir.BufferRef):
+                return value
+            base = self.nodes[value.name]
+            strides = _assumed_strides(base)
+            tensor = torch.zeros(_storage_size(base.shape, strides), dtype=base.dtype)
+            if isinstance(value, ir.BufferView):
+                stride, offset = ir.strided_layout(value.index, value.vars, base.shape, strides)
+                return tensor.as_strided(value.shape, stride, offset)
+            return tensor.as_strided(base.shape, strides)
+        try:
+            result = fn(*tree_map(real, args), **tree_map(real, kwargs))
+        except Exception:  # the probe is an optimization: keep the meta layout
+            return meta
+        if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(meta.shape):
+            return meta
+        return dataclasses.replace(meta, stride=tuple(result.stride()), storage_offset=result.storage_offset())
+
+    def extern_argument(self, value: TensorValue, node: Node) -> ir.BufferRef:
+        """A loop node, or a strided view of one (no copy), or else a copy kernel's output."""
+        if value.node_name is not None:
+            return ir.BufferRef(value.node_name)
+        vars_ = ir.make_vars("x", value.shape)
+        body = value.load(tuple(ir.index(v) for v in vars_))
+        base = self.nodes.get(body.buffer) if isinstance(body, Load) else None
+        if base is not None and body.dtype == base.dtype and \
+                ir.strided_layout(body.index, vars_, base.shape, _assumed_strides(base)) is not None:
+            return ir.BufferView(base.name, value.shape, body.index, vars_)
+        return ir.BufferRef(self.materialize(value, node).node_name)
 
     def materialize(self, value: TensorValue, node: Node | None = None, name: str | None = None) -> TensorValue:
         """A value that is a loop node itself (views get a copy node the scheduler may fuse)."""
@@ -156,6 +192,26 @@ class _Lowering:
         vars_ = ir.make_vars("x", shape)
         body = body_fn(tuple(ir.index(v) for v in vars_))
         return self.add(ir.Pointwise(node.name, tuple(shape), dtype, vars_, body, _describe(node)))
+
+
+# Externs whose output layout follows their inputs' layouts in ways the meta device does not model
+# (CPU flash attention returns a (B, T, H, D) buffer transposed when q is laid out that way).
+_LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
+                          torch.ops.aten.scaled_dot_product_attention.default}
+
+
+def _storage_size(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((size - 1) * st for size, st in zip(shape, stride))
+
+
+def _assumed_strides(node: ir.LoopNode) -> tuple[int, ...]:
+    """The layout a node's buffer will have: inputs and extern results keep theirs, the scheduler
+    gives every computed node that an Extern views a contiguous buffer."""
+    if isinstance(node, (ir.InputBuffer, ir.ExternOutput)):
+        return node.stride
+    return ir.contiguous_strides(node.shape)
 
 
 def _describe(node: Node) -> str:

@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from ember.graph import tree_leaves as _tree_leaves
 from ember.lower import ir
 from ember.lower.ir import Expr, Index, Load, Var
 
@@ -138,6 +139,8 @@ class _Scheduler:
         self.users = program.users()
         self.forced = self._forced_buffers()
         self.inlined: dict[str, Expr] = {}   # node name -> body with inlinable loads expanded
+        self.view_bases = {v.name for node in self.nodes.values() if isinstance(node, ir.Extern)
+                           for v in _tree_leaves((node.args, node.kwargs)) if isinstance(v, ir.BufferView)}
 
     def _forced_buffers(self) -> set[str]:
         forced = {name for name, node in self.nodes.items()
@@ -175,14 +178,13 @@ class _Scheduler:
 
     # ------------------------------------------------------------ grouping
     def run(self) -> Schedule:
-        groups: list[_Group | ir.Extern] = []
-        where: dict[str, int] = {}          # schedulable/extern name -> position in groups
-        for name, node in self.nodes.items():
-            if isinstance(node, ir.Extern):
-                where[name] = len(groups)
-                groups.append(node)
-            elif isinstance(node, (ir.Pointwise, ir.Reduction)) and not self.is_inlined(name):
-                self._place(name, groups, where)
+        groups, where = self._group()
+        shared = self._expensive_shared_pointwise(groups, where)
+        if shared:
+            # store them once instead of recomputing them in every kernel that reads them
+            self.forced |= shared
+            self.inlined.clear()
+            groups, where = self._group()
         local = self._local_reductions(groups, where)
         steps = [self._build_kernel(g, i, local) if isinstance(g, _Group) else
                  ExternCall(g, [n for n in self.nodes.values() if isinstance(n, ir.ExternOutput) and n.extern == g.name])
@@ -192,6 +194,42 @@ class _Scheduler:
             step.name = f"kernel{i}"
         buffers = self._plan_buffers(steps, local)
         return Schedule(self.program, steps, buffers)
+
+    def _group(self) -> tuple[list[_Group | ir.Extern], dict[str, int]]:
+        groups: list[_Group | ir.Extern] = []
+        where: dict[str, int] = {}          # schedulable/extern name -> position in groups
+        for name, node in self.nodes.items():
+            if isinstance(node, ir.Extern):
+                where[name] = len(groups)
+                groups.append(node)
+            elif isinstance(node, (ir.Pointwise, ir.Reduction)) and not self.is_inlined(name):
+                self._place(name, groups, where)
+        return groups, where
+
+    def _expensive_shared_pointwise(self, groups: list, where: dict[str, int]) -> set[str]:
+        """Inlined Pointwise nodes recomputed in more than one kernel whose bodies are expensive.
+
+        Cheap bodies (a few loads and arithmetic) are recomputed: a store plus a load per
+        consumer costs as much memory traffic.  Expensive ones (transcendental functions,
+        many ops or loads) are materialized once."""
+        kernels_using: dict[str, set[int]] = {}
+        for name, pos in where.items():
+            if isinstance(self.nodes[name], ir.Extern):
+                continue
+            for producer in self._inlined_producers(name):
+                kernels_using.setdefault(producer, set()).add(pos)
+        return {name for name, positions in kernels_using.items()
+                if len(positions) > 1 and _is_expensive(self.expanded_body(name))}
+
+    def _inlined_producers(self, name: str) -> set[str]:
+        out: set[str] = set()
+        stack = [name]
+        while stack:
+            for dep in self.nodes[stack.pop()].reads():
+                if dep not in out and self.is_inlined(dep):
+                    out.add(dep)
+                    stack.append(dep)
+        return out
 
     def _deps(self, name: str) -> set[str]:
         out = set()
@@ -386,7 +424,8 @@ class _Scheduler:
                     node = self.nodes[name]
                     if name in outputs:
                         stride = self.program.output_strides[outputs[name]]
-                        if stride is None or not _dense_strides(node.shape, stride):
+                        if stride is None or not _dense_strides(node.shape, stride) or name in self.view_bases:
+                            # an Extern views it with strides that lowering derived for a contiguous layout
                             stride = _contiguous(node.shape)
                         plans[name] = BufferPlan(name, node.shape, tuple(stride), node.dtype, "output", allocation=name)
                         continue
@@ -437,12 +476,7 @@ def _merge_outer_steps(steps: list[LoopStep]) -> list[LoopStep]:
     return out
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, running = [], 1
-    for size in reversed(shape):
-        strides.append(running)
-        running *= max(size, 1)
-    return tuple(reversed(strides))
+_contiguous = ir.contiguous_strides
 
 
 def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
@@ -454,6 +488,22 @@ def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
             return False
         expected *= n
     return True
+
+
+# elementwise ops that call a libm function (tens of cycles each, vectorized or not)
+_TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "pow",
+    "atan2", "hypot"})
+EXPENSIVE_OPS = 16
+EXPENSIVE_LOADS = 4
+
+
+def _is_expensive(body: Expr) -> bool:
+    ops = [node for node in ir.walk(body) if isinstance(node, ir.Op)]
+    if any(op.op in _TRANSCENDENTAL for op in ops) or len(ops) >= EXPENSIVE_OPS:
+        return True
+    return len({ld.buffer for ld in ir.loads(body)}) >= EXPENSIVE_LOADS
 
 
 def _expand_indirect(idx: Index, sched: _Scheduler) -> Index:

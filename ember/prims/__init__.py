@@ -5,4 +5,4 @@
 from ember.prims.convert import to_primitives
 from ember.prims.primitives import REGISTRY, Prim, is_prim
 
-__all__ = ["to_primitives", "Prim", "is_prim", "REGISTRY"]
+__all__ = ["REGISTRY", "Prim", "is_prim", "to_primitives"]

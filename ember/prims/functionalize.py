@@ -80,7 +80,7 @@ class Alias:
     cached: Value
     cached_version: int
 
-    def extended(self, steps: tuple[ViewStep, ...], value: Value) -> "Alias":
+    def extended(self, steps: tuple[ViewStep, ...], value: Value) -> Alias:
         return Alias(self.root, self.steps + steps, value, self.root.version)
 
 

@@ -8,7 +8,8 @@ Importing this module installs the rules on the prims (`Prim.meta`).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import builtins
 import math
 import operator
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -133,7 +134,7 @@ _FLOAT = Promotion.INT_TO_FLOAT
 _BOOL = Promotion.ALWAYS_BOOL
 
 neg = _unary("neg")
-abs = _unary("abs", Promotion.COMPLEX_TO_FLOAT)  # noqa: A001
+abs = _unary("abs", Promotion.COMPLEX_TO_FLOAT)
 exp, exp2, expm1 = _unary("exp", _FLOAT), _unary("exp2", _FLOAT), _unary("expm1", _FLOAT)
 log, log1p, log2, log10 = (_unary(n, _FLOAT) for n in ("log", "log1p", "log2", "log10"))
 sqrt, rsqrt, reciprocal = _unary("sqrt", _FLOAT), _unary("rsqrt", _FLOAT), _unary("reciprocal", _FLOAT)
@@ -142,14 +143,14 @@ sinh, cosh, tanh, asinh, acosh, atanh = (_unary(n, _FLOAT) for n in
                                          ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh"))
 erf, erfc, erfinv, lgamma = (_unary(n, _FLOAT) for n in ("erf", "erfc", "erfinv", "lgamma"))
 sigmoid = _unary("sigmoid", _FLOAT)
-floor, ceil, round, trunc, sign = (_unary(n) for n in ("floor", "ceil", "round", "trunc", "sign"))  # noqa: A001
+floor, ceil, round, trunc, sign = (_unary(n) for n in ("floor", "ceil", "round", "trunc", "sign"))
 signbit, isnan, isinf, isfinite, logical_not = (_unary(n, _BOOL) for n in
                                                 ("signbit", "isnan", "isinf", "isfinite", "logical_not"))
 bitwise_not = _unary("bitwise_not")
 
 add, sub, mul = _binary("add"), _binary("sub"), _binary("mul")
 div = _binary("div", _FLOAT)
-floor_divide, remainder, fmod, pow = (_binary(n) for n in ("floor_divide", "remainder", "fmod", "pow"))  # noqa: A001
+floor_divide, remainder, fmod, pow = (_binary(n) for n in ("floor_divide", "remainder", "fmod", "pow"))
 maximum, minimum = _binary("maximum"), _binary("minimum")
 atan2, hypot, copysign = _binary("atan2", _FLOAT), _binary("hypot", _FLOAT), _binary("copysign", _FLOAT)
 eq, ne, lt, le, gt, ge = (_binary(n, _BOOL) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
@@ -279,7 +280,7 @@ def keep_dims(out: Value, x: Value, dims: Sequence[int]) -> Value:
     return reshape(out, shape)
 
 
-def sum(x: Value, dims: Any = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Value:  # noqa: A001
+def sum(x: Value, dims: Any = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Value:
     if dtype is not None:
         x = cast(x, dtype)
     elif not x.dtype.is_floating_point and not x.dtype.is_complex:

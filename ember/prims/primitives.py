@@ -30,7 +30,8 @@ Conventions (the contract between prims/ and lower/):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -58,7 +59,7 @@ class Prim:
         if self.meta is not None:
             return self.meta(*args, **kwargs)
         devices = [a.device for a in _leaves(args, kwargs) if isinstance(a, TensorMeta)]
-        as_meta = lambda v: v.to_meta_tensor() if isinstance(v, TensorMeta) else v  # noqa: E731
+        as_meta = lambda v: v.to_meta_tensor() if isinstance(v, TensorMeta) else v
         out = self.reference(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
         device = devices[0] if devices else kwargs.get("device", torch.device("cpu"))
         return _to_meta(out, device)
@@ -237,4 +238,4 @@ def get(name: str) -> Prim:
 
 
 # explicit meta rules (symbolic-size friendly) replace the run-on-meta-device default
-from ember.prims import meta as _meta  # noqa: E402,F401  (import for its side effect)
+from ember.prims import meta as _meta  # noqa: F401  (import for its side effect)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ from ember.prims.primitives import Prim
 class Value:
     """A tensor (meta is a TensorMeta) or a runtime Python scalar (meta is None) of the new graph."""
 
-    __slots__ = ("node", "meta", "alias", "pytype")
+    __slots__ = ("alias", "meta", "node", "pytype")
 
     def __init__(self, node: Node, meta: TensorMeta | None, pytype: type | None = None) -> None:
         self.node = node
@@ -57,16 +58,16 @@ class Value:
         return f"Value({self.node.name}: {self.meta})"
 
     # Arithmetic reads like math inside decompositions: `(x - mean) * rstd`.
-    def __add__(self, other: Any) -> "Value": return _ops().add(self, other)
-    def __radd__(self, other: Any) -> "Value": return _ops().add(other, self)
-    def __sub__(self, other: Any) -> "Value": return _ops().sub(self, other)
-    def __rsub__(self, other: Any) -> "Value": return _ops().sub(other, self)
-    def __mul__(self, other: Any) -> "Value": return _ops().mul(self, other)
-    def __rmul__(self, other: Any) -> "Value": return _ops().mul(other, self)
-    def __truediv__(self, other: Any) -> "Value": return _ops().div(self, other)
-    def __rtruediv__(self, other: Any) -> "Value": return _ops().div(other, self)
-    def __neg__(self) -> "Value": return _ops().neg(self)
-    def __pow__(self, other: Any) -> "Value": return _ops().pow(self, other)
+    def __add__(self, other: Any) -> Value: return _ops().add(self, other)
+    def __radd__(self, other: Any) -> Value: return _ops().add(other, self)
+    def __sub__(self, other: Any) -> Value: return _ops().sub(self, other)
+    def __rsub__(self, other: Any) -> Value: return _ops().sub(other, self)
+    def __mul__(self, other: Any) -> Value: return _ops().mul(self, other)
+    def __rmul__(self, other: Any) -> Value: return _ops().mul(other, self)
+    def __truediv__(self, other: Any) -> Value: return _ops().div(self, other)
+    def __rtruediv__(self, other: Any) -> Value: return _ops().div(other, self)
+    def __neg__(self) -> Value: return _ops().neg(self)
+    def __pow__(self, other: Any) -> Value: return _ops().pow(self, other)
 
 
 def _ops() -> Any:
@@ -158,7 +159,7 @@ def extern_meta(target: Any, args: tuple, kwargs: dict) -> Any:
     try:
         with torch.no_grad():
             out = target(*tree_map(to_meta_tensor, args), **tree_map(to_meta_tensor, kwargs))
-    except Exception as error:  # noqa: BLE001 - reported with the op's name
+    except Exception as error:
         raise CompileError(f"cannot infer the output shape of {target_name(target)}: {error}",
                            stage="prims", op=target_name(target), source_line=current().source_line or "",
                            hint="the op has no meta-device kernel; it needs a decomposition") from error

@@ -1,7 +1,8 @@
 """Helpers for prims tests: build a torch-level graph, lower it to prims, run both, compare."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -51,7 +52,7 @@ def assert_close(actual: Any, expected: Any, **tolerances: Any) -> None:
 def check_metas(prim_graph: Graph, inputs: Sequence[Any]) -> None:
     """Every node's meta agrees with the tensor its reference produces (strides for views)."""
     env: dict[Node, Any] = {}
-    load = lambda v: env[v] if isinstance(v, Node) else v  # noqa: E731
+    load = lambda v: env[v] if isinstance(v, Node) else v
     for node, value in zip(prim_graph.placeholders, inputs):
         env[node] = value
     for node in prim_graph.call_nodes():

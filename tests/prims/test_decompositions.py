@@ -9,9 +9,9 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, clone_inputs, graph_of, run_with_contract  # noqa: E402
+from harness import check, clone_inputs, graph_of, run_with_contract
 
-from ember.prims import is_prim, to_primitives  # noqa: E402
+from ember.prims import is_prim, to_primitives
 
 F = torch.nn.functional
 T = torch.Tensor

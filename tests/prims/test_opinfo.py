@@ -11,10 +11,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import opinfo_util  # noqa: E402
-from harness import assert_close, check_metas, clone_inputs, run_with_contract  # noqa: E402
+import opinfo_util
+from harness import assert_close, check_metas, clone_inputs, run_with_contract
 
-from ember.prims import to_primitives  # noqa: E402
+from ember.prims import to_primitives
 
 SAMPLES_PER_OP = 6
 DTYPES = (torch.float32, torch.bfloat16)

@@ -21,7 +21,7 @@ def _opmath(fn):
     def wrapper(x: Value, *args: Any, **kwargs: Any) -> Value:
         if not is_tensor(x) or x.dtype not in (torch.float16, torch.bfloat16):
             return fn(x, *args, **kwargs)
-        up = lambda v: ops.upcast(v) if is_tensor(v) and v.dtype == x.dtype else v  # noqa: E731
+        up = lambda v: ops.upcast(v) if is_tensor(v) and v.dtype == x.dtype else v
         return ops.cast(fn(ops.upcast(x), *[up(a) for a in args], **kwargs), x.dtype)
     wrapper.__name__ = fn.__name__
     return wrapper
@@ -256,7 +256,7 @@ def where(condition: Value, x: Any = None, other: Any = None) -> Any:
 
 
 @register(torch.clamp, T.clamp, torch.clip, T.clip)
-def clamp(x: Value, min: Any = None, max: Any = None) -> Value:  # noqa: A002
+def clamp(x: Value, min: Any = None, max: Any = None) -> Value:
     # NaN in x propagates (maximum/minimum propagate NaN); a bound keeps x's dtype unless it promotes
     result = x
     if min is not None:
@@ -267,12 +267,12 @@ def clamp(x: Value, min: Any = None, max: Any = None) -> Value:  # noqa: A002
 
 
 @register(torch.clamp_min, T.clamp_min)
-def clamp_min(x: Value, min: Any) -> Value:  # noqa: A002
+def clamp_min(x: Value, min: Any) -> Value:
     return clamp(x, min=min)
 
 
 @register(torch.clamp_max, T.clamp_max)
-def clamp_max(x: Value, max: Any) -> Value:  # noqa: A002
+def clamp_max(x: Value, max: Any) -> Value:
     return clamp(x, max=max)
 
 

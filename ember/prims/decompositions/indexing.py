@@ -7,7 +7,8 @@ followed by one advanced `index` prim for the tensor indices, as PyTorch does.
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -88,15 +89,15 @@ def setitem(x: Value, index: Any, value: Any) -> None:
         view, advanced = _basic_then_advanced(x, index)
     except _NeedsExtern:
         ops.mutate(x, ops.extern(_functional_setitem, x, index, value))
-        return None
+        return
     if not advanced:
         ops.mutate(view, _as_values(value, view.shape, view.dtype, view.device), base=x)
-        return None
+        return
     indices = _index_list(view, advanced)
     target_meta = P.index.infer_meta(view.meta, [i.meta if i is not None else None for i in indices])
     values = _as_values(value, target_meta.shape, view.dtype, view.device)
     ops.mutate(view, ops.emit(P.index_put, view, indices, values, False), base=x)
-    return None
+    return
 
 
 def _as_values(value: Any, shape: Sequence[Any], dtype: torch.dtype, device: torch.device) -> Value:

@@ -2,7 +2,8 @@
 running-stat updates), F.normalize.  Statistics are computed in fp32 for fp16/bf16."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

@@ -6,7 +6,8 @@ whenever it is reached from it through view prims only (functionalization checks
 from __future__ import annotations
 
 import builtins
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

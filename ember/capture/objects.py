@@ -1,0 +1,396 @@
+"""Instances of ordinary Python classes, and the C-level base methods they inherit.
+
+``InstanceValue`` is an object created inside the trace (``Output(x=...)``, a
+``ModelOutput``, a small helper class): its ``__dict__`` is a dict of Values
+and, for ``dict`` / ``OrderedDict`` subclasses, its mapping items are a
+DictValue.  Python methods (``__init__``, ``__post_init__``, ``__setattr__``,
+``__getitem__``, properties...) are inlined like any Python code; the C methods
+they reach (``object.__setattr__``, ``super().__setitem__``, ``self.keys()``)
+are implemented here on those Values.  When such an object is returned, the
+epilogue rebuilds it without re-running ``__init__`` (``cls.__new__`` + items +
+``__dict__``), so what the user gets equals what eager code built.
+
+Objects from outside the frame that subclass ``dict`` (registries, configs) are
+read through their C methods with a guard per key read (``dict_get_from_outside``).
+"""
+from __future__ import annotations
+
+import abc
+import collections
+import functools
+import inspect
+import types
+import typing
+from typing import Any
+
+from ..errors import Unsupported
+from . import values as V
+from .sources import Source
+
+_DICT_BASES = (dict, collections.OrderedDict)
+_PLAIN_NEW = {object.__new__, dict.__new__, collections.OrderedDict.__new__}
+_READ_ONLY_DICT_METHODS = {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__",
+                           "__iter__", "copy"}
+_MISSING = object()
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes written in Python
+_ALLOWED_C_BASES = {object, dict, collections.OrderedDict, typing.Generic}
+_PLAIN_METACLASSES = {type, abc.ABCMeta, type(typing.Protocol)}
+_MISSING_VALUE = V.ConstantValue(_MISSING)
+
+
+class InstanceValue(V.Value):
+    """An instance of a Python class built inside the trace."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.attrs: dict[str, V.Value] = {}
+        self.dict_items = V.DictValue({}) if issubclass(cls, _DICT_BASES) else None
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        return f"{self.cls.__name__} instance"
+
+
+def can_instantiate(cls: type) -> bool:
+    """Classes whose construction capture can follow: plain ``__new__``, an ordinary metaclass, and no
+    C base class other than object / dict / OrderedDict holding state we cannot model."""
+    if type(cls) not in _PLAIN_METACLASSES or cls.__new__ not in _PLAIN_NEW:
+        return False
+    return all(base in _ALLOWED_C_BASES or base.__flags__ & _HEAP_TYPE for base in cls.__mro__)
+
+
+def instantiate(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Value]) -> InstanceValue:
+    from .calls import call
+    instance = InstanceValue(cls)
+    init = cls.__init__
+    if isinstance(init, types.FunctionType):
+        result = call(tx, V.ObjectValue(init), [instance] + args, kwargs)
+        if not (isinstance(result, V.ConstantValue) and result.value is None):
+            raise tx.unsupported(f"{cls.__name__}.__init__ returned a value")
+    elif init in (object.__init__,):
+        if args or kwargs:
+            raise tx.unsupported(f"{cls.__name__}() takes no arguments")
+    elif init in (dict.__init__, collections.OrderedDict.__init__):
+        _dict_update(tx, instance, args, kwargs)
+    else:
+        raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code")
+    return instance
+
+
+# ---------------------------------------------------------------- attributes
+def get_attr(tx: Any, obj: InstanceValue, name: str) -> V.Value:
+    from .calls import call
+    cls = obj.cls
+    if name == "__class__":
+        return V.ObjectValue(cls)
+    if name == "__dict__":
+        view = V.DictValue({})
+        view.items = obj.attrs  # the same dict: writes through __dict__ are writes to the object
+        return view
+    try:
+        static = inspect.getattr_static(cls, name)
+    except AttributeError:
+        static = _MISSING
+    if isinstance(static, property):
+        if static.fget is None:
+            raise tx.unsupported(f"unreadable property {name!r}")
+        return call(tx, V.ObjectValue(static.fget), [obj], {})
+    if name in obj.attrs:
+        return obj.attrs[name]
+    if isinstance(static, functools.cached_property):
+        value = call(tx, V.ObjectValue(static.func), [obj], {})
+        obj.attrs[name] = value
+        return value
+    if static is not _MISSING:
+        return bind_class_attribute(tx, static, obj, cls)
+    getattr_hook = inspect.getattr_static(cls, "__getattr__", None)
+    if isinstance(getattr_hook, types.FunctionType):
+        return call(tx, V.ObjectValue(getattr_hook), [obj, V.ConstantValue(name)], {})
+    raise tx.unsupported(f"{cls.__name__} object has no attribute {name!r}")
+
+
+def bind_class_attribute(tx: Any, static: Any, self_value: V.Value, cls: type) -> V.Value:
+    """What ``instance.name`` gives for a class attribute ``static`` (no instance attribute shadowing it)."""
+    if isinstance(static, types.FunctionType):
+        return V.BoundMethodValue(V.ObjectValue(static), self_value)
+    if isinstance(static, staticmethod):
+        return V.ObjectValue(static.__func__)
+    if isinstance(static, classmethod):
+        return V.BoundMethodValue(V.ObjectValue(static.__func__), V.ObjectValue(cls))
+    if isinstance(static, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return V.BoundMethodValue(V.ObjectValue(static), self_value)
+    if isinstance(static, (property, functools.cached_property)) or hasattr(type(static), "__get__") \
+            and not isinstance(static, type):
+        raise tx.unsupported(f"descriptor {type(static).__name__} {getattr(static, '__name__', '')!r}")
+    return tx.session.wrap(static, None)
+
+
+def set_attr(tx: Any, obj: InstanceValue, name: str, value: V.Value) -> None:
+    from .calls import call
+    setattr_method = inspect.getattr_static(obj.cls, "__setattr__")
+    if isinstance(setattr_method, types.FunctionType):
+        call(tx, V.ObjectValue(setattr_method), [obj, V.ConstantValue(name), value], {})
+        return
+    if setattr_method is not object.__setattr__:
+        raise tx.unsupported(f"{obj.cls.__name__}.__setattr__ is not Python code")
+    object_setattr(tx, obj, name, value)
+
+
+def object_setattr(tx: Any, obj: InstanceValue, name: str, value: V.Value) -> None:
+    from .calls import call
+    static = inspect.getattr_static(obj.cls, name, None)
+    if isinstance(static, property):
+        if static.fset is None:
+            raise tx.unsupported(f"can't set attribute {name!r}")
+        call(tx, V.ObjectValue(static.fset), [obj, value], {})
+        return
+    if static is not None and hasattr(type(static), "__set__") and not isinstance(static, functools.cached_property):
+        raise tx.unsupported(f"setting data descriptor {name!r} of {obj.cls.__name__}")
+    obj.attrs[name] = value
+
+
+# ---------------------------------------------------------------- protocols (truth, in, [], iteration)
+def _python_dunder(obj: V.Value, name: str) -> types.FunctionType | None:
+    method = inspect.getattr_static(obj.python_type(), name, None)
+    return method if isinstance(method, types.FunctionType) else None
+
+
+def _call_dunder(tx: Any, method: types.FunctionType, obj: V.Value, *args: V.Value) -> V.Value:
+    from .calls import call
+    return call(tx, V.ObjectValue(method), [obj, *args], {})
+
+
+def _items_of(tx: Any, obj: V.Value, method: str) -> V.DictValue | None:
+    if isinstance(obj, InstanceValue):
+        return obj.dict_items
+    if isinstance(obj, V.UserObjectValue) and isinstance(obj.obj, dict) and obj.source is not None:
+        return dict_view_from_outside(tx, obj)
+    return None
+
+
+def is_object_like(value: V.Value) -> bool:
+    """Instances of Python classes whose protocols (in, [], len, iter, bool) may be Python code."""
+    return isinstance(value, (InstanceValue, V.UserObjectValue))
+
+
+def truthiness(tx: Any, obj: V.Value) -> bool:
+    from .operations import truthiness as truth_of
+    for name in ("__bool__", "__len__"):
+        method = _python_dunder(obj, name)
+        if method is not None:
+            return truth_of(tx, _call_dunder(tx, method, obj))
+    cls = obj.python_type()
+    if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
+        return True
+    items = _items_of(tx, obj, "__len__")
+    if items is not None:
+        return bool(items.items)
+    raise tx.unsupported(f"truth value of {obj.describe()}")
+
+
+def contains(tx: Any, obj: V.Value, item: V.Value) -> bool:
+    from .operations import contains as contains_of
+    from .operations import truthiness as truth_of
+    method = _python_dunder(obj, "__contains__")
+    if method is not None:
+        return truth_of(tx, _call_dunder(tx, method, obj, item))
+    if isinstance(obj, V.UserObjectValue) and isinstance(obj.obj, dict) and obj.source is not None:
+        return dict_get_from_outside(tx, obj, item.as_python(), _MISSING_VALUE) is not _MISSING_VALUE
+    items = _items_of(tx, obj, "__contains__")
+    if items is not None:
+        return contains_of(tx, items, item)
+    raise tx.unsupported(f"`in` on {obj.describe()}")
+
+
+def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value | None:
+    """obj[index]; None when a UserObjectValue has only a C __getitem__ (the caller reads it for real)."""
+    from .operations import get_item as get_item_of
+    method = _python_dunder(obj, "__getitem__")
+    if method is not None:
+        return _call_dunder(tx, method, obj, index)
+    if isinstance(obj, V.UserObjectValue) and isinstance(obj.obj, dict) and obj.source is not None:
+        key = index.as_python()
+        found = dict_get_from_outside(tx, obj, key, _MISSING_VALUE)
+        if found is _MISSING_VALUE:
+            raise tx.unsupported(f"KeyError {key!r}")
+        return found
+    if isinstance(obj, InstanceValue) and obj.dict_items is not None:
+        return get_item_of(tx, obj.dict_items, index)
+    if isinstance(obj, V.UserObjectValue):
+        return None
+    raise tx.unsupported(f"indexing {obj.describe()}")
+
+
+def set_item(tx: Any, obj: V.Value, index: V.Value, value: V.Value) -> None:
+    method = _python_dunder(obj, "__setitem__")
+    if method is not None:
+        _call_dunder(tx, method, obj, index, value)
+        return
+    if isinstance(obj, InstanceValue) and obj.dict_items is not None:
+        obj.dict_items.items[index.as_python()] = value
+        return
+    raise tx.unsupported(f"item assignment on {obj.describe()}")
+
+
+def get_iter(tx: Any, obj: V.Value) -> V.IteratorValue:
+    from .operations import get_iter as get_iter_of
+    method = _python_dunder(obj, "__iter__")
+    if method is not None:
+        return get_iter_of(tx, _call_dunder(tx, method, obj))
+    items = _items_of(tx, obj, "__iter__")
+    if items is not None:
+        return get_iter_of(tx, items)
+    raise tx.unsupported(f"iterating over {obj.describe()}")
+
+
+def length(tx: Any, obj: V.Value) -> int:
+    method = _python_dunder(obj, "__len__")
+    if method is not None:
+        return _call_dunder(tx, method, obj).as_python()
+    items = _items_of(tx, obj, "__len__")
+    if items is not None:
+        return len(items.items)
+    raise tx.unsupported(f"len() of {obj.describe()}")
+
+
+# ---------------------------------------------------------------- C base methods called on Values
+def call_base_method(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value | None:
+    """``object.__setattr__(self, ...)``, ``dict.__setitem__(self, ...)``, ``OrderedDict.keys(self)``...
+
+    Returns None when ``fn`` is not a base method this module models for ``args[0]``."""
+    owner = getattr(fn, "__objclass__", None)
+    name = getattr(fn, "__name__", "")
+    if not args or owner not in (object,) + _DICT_BASES:
+        return None
+    self_value, rest = args[0], args[1:]
+    if owner is object:
+        if isinstance(self_value, InstanceValue):
+            if name == "__setattr__":
+                object_setattr(tx, self_value, rest[0].as_python(), rest[1])
+                return V.NONE
+            if name == "__init__":
+                return V.NONE
+            if name == "__getattribute__":
+                return get_attr(tx, self_value, rest[0].as_python())
+            if name == "__delattr__":
+                self_value.attrs.pop(rest[0].as_python(), None)
+                return V.NONE
+        if name == "__init__" and isinstance(self_value, V.Value):
+            return V.NONE
+        return None
+    if isinstance(self_value, V.UserObjectValue) and name in ("get", "__getitem__", "__contains__") \
+            and isinstance(self_value.obj, dict) and self_value.source is not None:
+        key = rest[0].as_python()
+        default = rest[1] if len(rest) > 1 else V.NONE
+        found = dict_get_from_outside(tx, self_value, key, _MISSING_VALUE)
+        if name == "__contains__":
+            return V.ConstantValue(found is not _MISSING_VALUE)
+        if found is _MISSING_VALUE:
+            if name == "__getitem__":
+                raise tx.unsupported(f"KeyError {key!r}")
+            return default
+        return found
+    items = mapping_of(tx, self_value, name)
+    if items is None:
+        return None
+    from .builtins import call_container_method
+    if name == "__setitem__":
+        items.items[rest[0].as_python()] = rest[1]
+        return V.NONE
+    if name == "__delitem__":
+        key = rest[0].as_python()
+        if key not in items.items:
+            raise tx.unsupported(f"KeyError {key!r}")
+        del items.items[key]
+        return V.NONE
+    if name == "__getitem__":
+        from .operations import get_item
+        return get_item(tx, items, rest[0])
+    if name == "__contains__":
+        from .operations import contains
+        return V.ConstantValue(contains(tx, items, rest[0]))
+    if name == "__len__":
+        return V.ConstantValue(len(items.items))
+    if name == "__iter__":
+        from .operations import get_iter
+        return get_iter(tx, items)
+    if name == "__init__":
+        _dict_update(tx, self_value, rest, kwargs)
+        return V.NONE
+    return call_container_method(tx, items, name, list(rest), kwargs)
+
+
+def mapping_of(tx: Any, value: V.Value, method: str) -> V.DictValue | None:
+    """The DictValue holding the items of a dict-like Value (None: not dict-like)."""
+    if isinstance(value, InstanceValue):
+        return value.dict_items
+    if isinstance(value, V.DictValue):
+        return value
+    if isinstance(value, V.UserObjectValue) and isinstance(value.obj, dict) and value.source is not None:
+        if method not in _READ_ONLY_DICT_METHODS:
+            raise tx.unsupported(f"dict.{method} on a dict subclass passed in (mutation)")
+        return dict_view_from_outside(tx, value)
+    return None
+
+
+def _dict_update(tx: Any, target: V.Value, args: list[V.Value], kwargs: dict[str, V.Value]) -> None:
+    from .builtins import call_container_method
+    items = mapping_of(tx, target, "update")
+    call_container_method(tx, items, "update", list(args), kwargs)
+
+
+# ---------------------------------------------------------------- dict subclasses from outside
+class DictItemSource(Source):
+    """``dict.__getitem__(parent, key)``: the stored item, past any ``__getitem__`` override."""
+
+    def __init__(self, parent: Source, index: Any) -> None:
+        self.parent = parent
+        self.index = index
+
+    def access(self, parent_code: str, namespace: Any) -> str:
+        return f"{namespace.bind(dict.__getitem__, 'dict_getitem')}({parent_code}, {self.index!r})"
+
+    def key(self) -> str:
+        return f"{self.parent.key()}<dict>[{self.index!r}]"
+
+
+def dict_view_from_outside(tx: Any, value: V.UserObjectValue) -> V.DictValue:
+    """All items of a dict subclass read from outside, guarded by its key list (keys()/items()/len)."""
+    session = tx.session
+    cached = getattr(value, "_dict_view", None)
+    if cached is not None:
+        return cached
+    keys = list(dict.keys(value.obj))
+    if not all(isinstance(k, (str, int)) for k in keys):
+        raise tx.unsupported("a dict subclass with keys other than str/int")
+    session.guards.add(value.source, "list({keys_of}({v})) == {keys}", keys_of=dict.keys, keys=keys)
+    view = V.DictValue({k: session.wrap(dict.__getitem__(value.obj, k), DictItemSource(value.source, k))
+                        for k in keys})
+    value._dict_view = view
+    return view
+
+
+def dict_get_from_outside(tx: Any, value: V.UserObjectValue, key: Any, default: V.Value) -> V.Value:
+    """``d.get(key, default)`` on an outside dict subclass: guards only the key read."""
+    session = tx.session
+    present = dict.__contains__(value.obj, key)
+    session.guards.add(value.source, "{contains}({v}, {key}) is {present}", contains=dict.__contains__, key=key,
+                       present=present)
+    if not present:
+        return default
+    return session.wrap(dict.__getitem__(value.obj, key), DictItemSource(value.source, key))
+
+
+# ---------------------------------------------------------------- epilogue
+def rebuild_instance(cls: type, items: list | None, attrs: dict) -> Any:
+    """Build ``cls`` with exactly these mapping items and ``__dict__``, without calling ``__init__``."""
+    obj = cls.__new__(cls)
+    if items is not None:
+        base = next(b for b in cls.__mro__ if b in _DICT_BASES)
+        for key, value in items:
+            base.__setitem__(obj, key, value)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
