@@ -24,10 +24,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from ember.backend import compile_graph  # noqa: E402
-from ember.codegen import triton as triton_codegen  # noqa: E402
-from ember.lower.builder import PrimGraphBuilder  # noqa: E402
-from ember.runtime import triton_build  # noqa: E402
+from ember.backend import compile_graph
+from ember.codegen import triton as triton_codegen
+from ember.lower.builder import PrimGraphBuilder
+from ember.runtime import triton_build
 
 COLS = 4096
 

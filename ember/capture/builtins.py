@@ -237,10 +237,16 @@ def _getattr(tx, args, kwargs):
     from .operations import get_attr
     name = args[1].as_python()
     if len(args) > 2:
+        target = args[0]
+        if isinstance(target, V.ObjectValue) and target.source is not None and \
+                tx.session.pending_attr(target, name) is None:
+            # the default is used iff the attribute is absent: that absence is guarded too
+            present = _hasattr(tx, [target, args[1]], {}).as_python()
+            return get_attr(tx, target, name) if present else args[2]
         try:
-            return get_attr(tx, args[0], name)
+            return get_attr(tx, target, name)
         except Unsupported:
-            if _has_attr(tx, args[0], name):
+            if _has_attr(tx, target, name):
                 raise
             return args[2]
     return get_attr(tx, args[0], name)
@@ -260,7 +266,7 @@ def _has_attr(tx, value: V.Value, name: str) -> bool:
 
 def _hasattr(tx, args, kwargs):
     value, name = args[0], args[1].as_python()
-    if isinstance(value, (V.ModuleValue, V.UserObjectValue)):
+    if isinstance(value, V.ObjectValue) and (value.source is not None or isinstance(value, V.UserObjectValue)):
         pending = tx.session.pending_attr(value, name)
         if pending is not None:
             return V.ConstantValue(True)
@@ -284,6 +290,8 @@ def _callable(tx, args, kwargs):
         return V.ConstantValue(True)
     if isinstance(value, objects.InstanceValue):
         return V.ConstantValue(callable(value.cls))
+    if isinstance(value, objects.PartialValue):
+        return V.ConstantValue(True)
     if isinstance(value, V.ObjectValue):
         return V.ConstantValue(callable(value.obj))
     return V.ConstantValue(False)

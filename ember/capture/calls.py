@@ -89,6 +89,8 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
     if isinstance(callee, V.ModuleValue):
         from .modules import call_module
         return call_module(tx, callee, args, kwargs)
+    if isinstance(callee, objects.PartialValue):
+        return objects.call_partial(tx, callee, args, kwargs)
     if isinstance(callee, InstanceValue):
         call_method = inspect.getattr_static(callee.cls, "__call__", None)
         if isinstance(call_method, types.FunctionType):
@@ -212,6 +214,8 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
         raise tx.unsupported("torch.autocast inside a compiled function", "compile inside the autocast region")
     if cls in _TORCH_PURE_QUERIES:
         return call_builtin_pure(tx, cls, args, kwargs)
+    if cls is functools.partial:
+        return objects.make_partial(tx, args, kwargs)
     if issubclass(cls, torch.nn.Module):
         raise tx.unsupported(f"creating module {cls.__name__} inside a compiled function")
     if dataclasses.is_dataclass(cls) and not _is_simple_dataclass(cls) or \

@@ -53,6 +53,45 @@ class InstanceValue(V.Value):
         return f"{self.cls.__name__} instance"
 
 
+class PartialValue(V.Value):
+    """``functools.partial(func, *args, **keywords)`` built inside the trace."""
+
+    def __init__(self, func: V.Value, args: list[V.Value], keywords: dict[str, V.Value]) -> None:
+        self.func = func
+        self.args = list(args)
+        self.keywords = dict(keywords)
+
+    def python_type(self) -> type:
+        return functools.partial
+
+    def describe(self) -> str:
+        return f"functools.partial of {self.func.describe()}"
+
+
+def make_partial(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> PartialValue:
+    if not args:
+        raise tx.unsupported("functools.partial() without a function")
+    func, rest = args[0], args[1:]
+    if isinstance(func, PartialValue):  # partial(partial(f, a), b) flattens, as functools does
+        return PartialValue(func.func, func.args + list(rest), {**func.keywords, **kwargs})
+    return PartialValue(func, list(rest), kwargs)
+
+
+def call_partial(tx: Any, partial: PartialValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    from .calls import call
+    return call(tx, partial.func, partial.args + list(args), {**partial.keywords, **kwargs})
+
+
+def partial_attr(tx: Any, partial: PartialValue, name: str) -> V.Value:
+    if name == "func":
+        return partial.func
+    if name == "args":
+        return V.TupleValue(partial.args)
+    if name == "keywords":
+        return V.DictValue(partial.keywords)
+    raise tx.unsupported(f"attribute {name!r} of functools.partial")
+
+
 def can_instantiate(cls: type) -> bool:
     """Classes whose construction capture can follow: plain ``__new__``, an ordinary metaclass, and no
     C base class other than object / dict / OrderedDict holding state we cannot model."""

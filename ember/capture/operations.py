@@ -117,9 +117,18 @@ def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
             isinstance(right, V.ConstantValue):
         items = left.items * right.value
         return V.ListValue(items) if isinstance(left, V.ListValue) else V.TupleValue(items)
+    if symbol in ("|", "&", "-", "^") and isinstance(left, (V.ListValue, V.SetValue)) and \
+            isinstance(right, (V.ListValue, V.SetValue)):  # set algebra on keys() views and sets
+        return V.SetValue(fn(set(_set_items(tx, left)), set(_set_items(tx, right))))
     if isinstance(left, V.DictValue) and isinstance(right, V.DictValue) and symbol == "|":
         return V.DictValue({**left.items, **right.items})
     return python_result(fn(_constant(tx, left, symbol), _constant(tx, right, symbol)))
+
+
+def _set_items(tx: Any, value: V.Value) -> list:
+    if isinstance(value, V.SetValue):
+        return list(value.items)
+    return [_constant(tx, v, "set operation") for v in value.items]
 
 
 def _constant(tx: Any, value: V.Value, what: str) -> Any:
@@ -302,6 +311,8 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
         return _super_attr(tx, obj, name)
     if isinstance(obj, objects.InstanceValue):
         return objects.get_attr(tx, obj, name)
+    if isinstance(obj, objects.PartialValue):
+        return objects.partial_attr(tx, obj, name)
     if isinstance(obj, V.TupleValue) and name in obj.fields:
         return obj.items[obj.fields.index(name)]
     if isinstance(obj, V.DataclassValue):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 from collections.abc import Callable
 from typing import Any
@@ -253,6 +254,11 @@ class _EpilogueBuilder:
             return f"{cls}({args})"
         if isinstance(value, objects.InstanceValue):
             return self._instance(value)
+        if isinstance(value, objects.PartialValue):
+            partial = self.namespace.bind(functools.partial, "partial")
+            args = "".join(f", {self.expr(v)}" for v in value.args)
+            keywords = "".join(f", {k}={self.expr(v)}" for k, v in value.keywords.items())
+            return f"{partial}({self.expr(value.func)}{args}{keywords})"
         if isinstance(value, V.BoundMethodValue):
             return f"{self.expr(value.func)}.__get__({self.expr(value.self_value)})"
         if isinstance(value, V.ObjectValue):

@@ -447,6 +447,8 @@ def render_op(node: Op, args: list[str]) -> str:
     name = node.op
     if name == "where":
         return f"({args[0]} ? {args[1]} : {args[2]})"
+    if name == "philox_uniform":   # (seed, counter) -> float in [0, 1), see lower/lower_indexing.py
+        return f"ember_philox_uniform({args[0]}, {args[1]})"
     operand_dtype = node.args[0].dtype if node.args else node.dtype
     T = compute_type(operand_dtype)
     is_float = operand_dtype.is_floating_point

@@ -55,6 +55,28 @@ static inline uint16_t ember_float_to_half(float f) {
 static inline float ember_round_bf16(float f) { return ember_bf16_to_float(ember_float_to_bf16(f)); }
 static inline float ember_round_half(float f) { return ember_half_to_float(ember_float_to_half(f)); }
 
+// ---- Philox4x32-10 uniforms, bit-identical to ember/prims/philox.py (and Triton's tl.rand):
+// key = seed (lo, hi words), counter = (offset + i, 0, 0, 0); the first output word -> [0, 1)
+static inline float ember_philox_uniform(int64_t seed, int64_t counter) {
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = 0, c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(static_cast<uint64_t>(seed) >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t product_b = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    const uint64_t product_a = static_cast<uint64_t>(0xD2511F53u) * c0;
+    const uint32_t next0 = static_cast<uint32_t>(product_b >> 32) ^ c1 ^ k0;
+    const uint32_t next2 = static_cast<uint32_t>(product_a >> 32) ^ c3 ^ k1;
+    c1 = static_cast<uint32_t>(product_b);
+    c3 = static_cast<uint32_t>(product_a);
+    c0 = next0;
+    c2 = next2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  const int32_t bits = static_cast<int32_t>(c0);
+  const int64_t magnitude = bits < 0 ? -static_cast<int64_t>(bits) - 1 : bits;
+  return static_cast<float>(magnitude) * 4.6566127342e-10f;
+}
+
 // ---- max/min that propagate NaN like torch.maximum -------------------------
 template <typename T> static inline T ember_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> static inline T ember_min(T a, T b) { return (a != a || a < b) ? a : b; }

@@ -178,8 +178,8 @@ class TritonKernelPrinter:
             "@triton.jit",
             f"def {k.name}({', '.join(params)}):",
             f"    # {len(k.fused_ops)} fused ops: {', '.join(k.fused_ops[:12])}" + (" ..." if len(k.fused_ops) > 12 else ""),
-            f"    # loops: outer {[v.size for v in self.outer_vars]}, inner {[v.size for v in self.inner_vars]}; "
-            f"bytes: {k.bytes_accessed}, flops: {k.flops}",
+            (f"    # loops: outer {[v.size for v in self.outer_vars]}, inner {[v.size for v in self.inner_vars]}; "
+             f"bytes: {k.bytes_accessed}, flops: {k.flops}"),
             f"    # {config.kind}: XBLOCK={config.xblock}" + (f" RBLOCK={config.rblock}" if self.two_d else "")
             + f", num_warps={config.num_warps}, {config.index_type.replace('tl.', '')} indexing, grid {grid}",
         ]
@@ -339,7 +339,7 @@ class TritonKernelPrinter:
             wtype = "tl.float64" if body.dtype == torch.float64 else "tl.float32"
             for part in ("mean", "m2", "count"):
                 self.emit(f"{base}_{part} = tl.zeros([XBLOCK, RBLOCK], {wtype})")
-        self.emit(f"for roffset in range(0, rnumel, RBLOCK):")
+        self.emit("for roffset in range(0, rnumel, RBLOCK):")
         self.depth += 1
         self.scopes.append({})
         self.emit("rindex = roffset + tl.arange(0, RBLOCK)[None, :]")

@@ -67,7 +67,7 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     allocated: set[str] = set()
     for step in sched.steps:
         if isinstance(step, ExternCall):
-            _emit_extern(out, step, expr_of, sched)
+            _emit_extern(out, step, expr_of, sched, device)
             continue
         for name in step.writes:
             plan = sched.buffers[name]
@@ -118,7 +118,8 @@ def _is_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:
     return True if kinds is None else kinds[position]
 
 
-def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], sched: Schedule) -> None:
+def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], sched: Schedule,
+                 device: str) -> None:
     node = step.node
     fn = out.bind(f"_extern_{getattr(node.fn, '__name__', 'fn')}", node.fn)
 
@@ -139,6 +140,8 @@ def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], 
         plan = sched.buffers[output.name]
         if not single:
             out.lines.append(f"    {output.name} = {result}[{output.item}]")
+        if output.scalar:
+            out.lines.append(f"    {output.name} = torch.tensor({output.name}, dtype={output.dtype}, device={device!r})")
         if math.prod(plan.shape) > 1:
             # kernels index extern results with the strides predicted at compile time: enforce them
             fix = out.bind("_restride", _restride)

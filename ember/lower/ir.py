@@ -599,6 +599,7 @@ class ExternOutput(LoopNode):
     item: int | None = None
     stride: tuple[int, ...] = ()
     storage_offset: int = 0
+    scalar: bool = False       # the Extern returns a Python number: the host wraps it in a 0-dim tensor
 
     def reads(self) -> set[str]:
         return {self.extern}

@@ -17,7 +17,7 @@ import torch
 
 from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, tree_leaves, tree_map
-from ember.lower import ir
+from ember.lower import ir, lower_indexing
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
 from ember.prims.primitives import BINARY, UNARY, Prim, is_prim
 
@@ -107,8 +107,9 @@ class _Lowering:
             container, item = self.value(node.args[0]), node.args[1]
             return container[item]
         if is_prim(target) and target.name in _LOWERINGS:
-            return _LOWERINGS[target.name](self, node, *[self.value(a) for a in node.args],
-                                           **{k: self.value(v) for k, v in node.kwargs.items()})
+            # nested too: cat takes a list of tensors, index a list of index tensors (or None)
+            return _LOWERINGS[target.name](self, node, *tree_map(self.value, tuple(node.args)),
+                                           **{k: tree_map(self.value, v) for k, v in node.kwargs.items()})
         return self.lower_extern(node)
 
     def lower_extern(self, node: Node) -> Any:
@@ -133,6 +134,10 @@ class _Lowering:
             return tuple(self.add(ir.ExternOutput(f"{name}_out{i}", tuple(m.shape), m.dtype, name, i,
                                                   tuple(m.stride), int(m.storage_offset)))
                          if isinstance(m, TensorMeta) else None for i, m in enumerate(meta))
+        if meta is None and fn in _SCALAR_EXTERNS:
+            # a Python number computed at run time (the Philox seed): kernels read it as a 0-dim tensor
+            return self.add(ir.ExternOutput(f"{name}_out", (), _SCALAR_EXTERNS[fn], name, None, (), 0,
+                                            scalar=True))
         raise CompileError("extern without tensor meta", stage="lower", op=str(node.target),
                            source_line=node.source_line or "")
 
@@ -198,6 +203,17 @@ class _Lowering:
 # (CPU flash attention returns a (B, T, H, D) buffer transposed when q is laid out that way).
 _LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
                           torch.ops.aten.scaled_dot_product_attention.default}
+
+
+def _scalar_externs() -> dict[Any, torch.dtype]:
+    try:
+        from ember.prims.decompositions.random import draw_seed
+    except ImportError:
+        return {}
+    return {draw_seed: torch.int64}
+
+
+_SCALAR_EXTERNS = _scalar_externs()
 
 
 def _storage_size(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
@@ -415,3 +431,4 @@ _LOWERINGS: dict[str, Callable[..., Any]] = {
     "argmax": _arg_reduction("argmax"), "argmin": _arg_reduction("argmin"), "var_mean": _var_mean,
     "iota": _iota, "full": _full,
 }
+_LOWERINGS.update(lower_indexing.LOWERINGS)

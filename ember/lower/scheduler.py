@@ -218,8 +218,14 @@ class _Scheduler:
                 continue
             for producer in self._inlined_producers(name):
                 kernels_using.setdefault(producer, set()).add(pos)
-        return {name for name, positions in kernels_using.items()
-                if len(positions) > 1 and _is_expensive(self.expanded_body(name))}
+        candidates = {name for name, positions in kernels_using.items()
+                      if len(positions) > 1 and _is_expensive(self.expanded_body(name))}
+        # the most downstream ones: a producer read only through a stored candidate stays inlined there
+        chosen: set[str] = set()
+        for name in reversed(list(self.nodes)):
+            if name in candidates and not all(user in chosen for user in self.users[name]):
+                chosen.add(name)
+        return chosen
 
     def _inlined_producers(self, name: str) -> set[str]:
         out: set[str] = set()
@@ -357,6 +363,10 @@ class _Scheduler:
                 if step is None:
                     step = LoopStep(False)
                     steps.append(step)
+            if step.inner:
+                # a value stored earlier in this same loop is used directly, not reloaded: printers
+                # may emit a step's reductions before its stores, and recomputing it is CSE'd away
+                body = _reuse_stored_values(body, step)
             iterations = math.prod(group.outer) * (math.prod(group.inner) if is_inner else 1)
             flops += ir.count_ops(body) * iterations
             if isinstance(node, ir.Reduction):
@@ -456,6 +466,26 @@ def _map_shape(shape: tuple[int, ...], outer_vars: tuple[Var, ...], inner_vars: 
         return tuple(ir.index(v) for v in outer_vars)
     flat = ir.linearize([ir.index(v) for v in kernel_vars], sizes)
     return ir.delinearize(flat, shape)
+
+
+def _reuse_stored_values(body: Expr, step: LoopStep) -> Expr:
+    stored = {(store.buffer, store.index): store.body for store in step.stores}
+    if not stored:
+        return body
+
+    def replace(node: Expr, args: tuple[Expr, ...]) -> Expr:
+        if isinstance(node, Load):
+            value = stored.get((node.buffer, node.index))
+            if value is None or value.dtype != node.dtype:
+                return node
+            if node.dtype in _ROUNDED_ON_STORE:   # what the load would see: the rounded value
+                return ir.Cast(ir.Cast(value, torch.float32), node.dtype)
+            return value
+        return ir.replace_children(node, args)
+    return ir.map_expr(body, replace)
+
+
+_ROUNDED_ON_STORE = (torch.float16, torch.bfloat16)
 
 
 def _flush(steps: list[LoopStep], pending: list[KernelStore]) -> None:

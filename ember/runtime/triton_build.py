@@ -27,7 +27,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ember import config
 from ember.errors import CompileError
@@ -49,7 +50,7 @@ def _triton_version() -> str:
 
 
 def module_path(source: str) -> str:
-    key = hashlib.sha256("\0".join([source, _triton_version()]).encode()).hexdigest()
+    key = hashlib.sha256(f"{source}\0{_triton_version()}".encode()).hexdigest()
     return os.path.join(config.kernel_cache_dir(), "triton", key[:2], f"kernels_{key[:24]}.py")
 
 

@@ -15,13 +15,13 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"       # must precede the first `import triton`
 
 triton = pytest.importorskip("triton")
-import torch  # noqa: E402
+import torch
 
-from ember.backend import compile_graph  # noqa: E402
-from ember.codegen import triton as triton_codegen  # noqa: E402
-from ember.graph import TensorMeta  # noqa: E402
-from ember.lower.builder import PrimGraphBuilder  # noqa: E402
-from ember.runtime import triton_build  # noqa: E402
+from ember.backend import compile_graph
+from ember.codegen import triton as triton_codegen
+from ember.graph import TensorMeta
+from ember.lower.builder import PrimGraphBuilder
+from ember.runtime import triton_build
 
 if DEVICE == "cuda" and not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)

@@ -104,3 +104,27 @@ def test_reshape_index_needs_no_division_when_dims_line_up():
     assert str(flat[0]) == "8*x0 + x1"
     back = reshape_index(tuple(ir.index(v) for v in ir.make_vars("y", (2, 3, 8))), (2, 3, 8), (6, 8))
     assert str(back[0]) == "3*y0 + y1" and str(back[1]) == "y2"
+
+
+def test_expensive_pointwise_read_by_two_kernels_is_stored_once_cheap_one_recomputed():
+    xv = torch.randn(24, 40)
+    b = PrimGraphBuilder()
+    x = b.input("x", xv)
+    expensive = b.tanh(b.exp(x))               # two libm calls per element
+    cheap = b.add(x, 1.0)
+    # row sums and column sums cannot share a loop nest: each reader is its own kernel
+    outs = [b.sum(expensive, (1,)), b.sum(expensive, (0,)), b.sum(cheap, (1,)), b.sum(cheap, (0,))]
+    compiled = run_and_compare(b.build(outs), [xv])
+    written = [name for kernel in compiled.schedule.kernels for name in kernel.writes]
+    assert "tanh" in written and "add" not in written
+
+
+def test_reduction_reading_a_value_stored_in_the_same_loop():
+    # y is an output (stored) and summed in the loop that stores it: the sum must see y, not garbage
+    for dtype in (torch.float32, torch.bfloat16):
+        xv = torch.randn(6, 50).to(dtype)
+        b = PrimGraphBuilder()
+        x = b.input("x", xv)
+        y = b.exp(x)
+        compiled = run_and_compare(b.build([y, b.sum(y, (1,))]), [xv], rtol=2e-2 if dtype != torch.float32 else 1e-4)
+        assert compiled.stats["kernel_count"] == 1

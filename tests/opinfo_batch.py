@@ -1,0 +1,227 @@
+"""OpInfo samples through the full compiler (ember.backend.compile_graph), many per build.
+
+A g++ build (or a Triton interpreter warm-up) costs far more than lowering one op, so the
+samples of many ops go into ONE graph: independent calls, each with its own placeholders
+and outputs.  When a batched compile or run raises, the batch is bisected down to the
+single (op, sample) that raises; a wrong value is attributed to its case directly.
+
+    cases = collect_cases([(info, fn)], torch.float32, samples_per_op=3)
+    failures = run_cases(cases, options={})     # {case.key: "why"} for the failing ones
+
+Comparison: torch.testing tolerances for the dtype, outputs and inputs after the call (so
+mutations count).  A mismatch in a floating dtype is accepted when ember is no worse than
+eager against a float64 reference of the same op (ember often computes bf16 ops in fp32,
+which is more accurate than eager's bf16 kernels); such cases are counted in
+`ACCEPTED_VS_FP64`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ember.graph import Graph, TensorMeta, tree_map
+
+# case keys accepted through the float64 rule (for reports)
+ACCEPTED_VS_FP64: list[str] = []
+
+
+@dataclasses.dataclass
+class Case:
+    op_id: str                 # "name" or "name.variant"
+    dtype: torch.dtype
+    sample_index: int
+    fn: Callable
+    sample: Any
+    inputs: list[torch.Tensor]               # pristine inputs (never mutated)
+    expected: list[torch.Tensor]             # eager outputs (top-level results)
+    expected_inputs: list[torch.Tensor]      # inputs after eager ran (mutations)
+
+    @property
+    def key(self) -> str:
+        return f"{self.op_id}-{str(self.dtype)[6:]}#{self.sample_index}"
+
+
+def op_id(info: Any) -> str:
+    return info.name + ("." + info.variant_test_name if info.variant_test_name else "")
+
+
+def _clone(values: Sequence[Any]) -> list[Any]:
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _tensors_of(sample: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+
+    def visit(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        return value
+    tree_map(visit, ((sample.input,) + tuple(sample.args), dict(sample.kwargs)))
+    return found
+
+
+def _call(fn: Callable, sample: Any, tensors: Sequence[torch.Tensor]) -> Any:
+    """fn(sample) with the sample's tensors replaced, in order, by `tensors`."""
+    it = iter(tensors)
+    swap = lambda v: next(it) if isinstance(v, torch.Tensor) else v
+    args = tree_map(swap, (sample.input,) + tuple(sample.args))
+    kwargs = tree_map(swap, dict(sample.kwargs))
+    return fn(*args, **kwargs)
+
+
+def collect_cases(opinfos: Sequence[tuple[Any, Callable]], dtype: torch.dtype, samples_per_op: int,
+                  skip: Callable[[str, torch.dtype], bool] = lambda name, dtype: False) -> list[Case]:
+    """The first `samples_per_op` samples of each op that eager accepts and that return tensors."""
+    cases = []
+    for info, fn in opinfos:
+        name = op_id(info)
+        if dtype not in info.supported_dtypes("cpu") or skip(name, dtype):
+            continue
+        torch.manual_seed(0)
+        taken = 0
+        for sample in info.sample_inputs("cpu", dtype, requires_grad=False):
+            if taken == samples_per_op:
+                break
+            inputs = _tensors_of(sample)
+            eager_inputs = _clone(inputs)
+            try:
+                result = _call(fn, sample, eager_inputs)
+            except Exception:  # noqa: BLE001 - samples eager rejects are not ours to check
+                continue
+            expected = list(result) if isinstance(result, (tuple, list)) else [result]
+            if not expected or not all(isinstance(e, torch.Tensor) for e in expected):
+                continue
+            cases.append(Case(name, dtype, taken, fn, sample, _clone(inputs),
+                              [e.clone() for e in expected], eager_inputs))
+            taken += 1
+    return cases
+
+
+def batched_graph(cases: Sequence[Case]) -> tuple[Graph, list[torch.Tensor], list[slice]]:
+    """One graph calling every case's op on its own placeholders; outputs of case k at slices[k]."""
+    g = Graph()
+    inputs: list[torch.Tensor] = []
+    slices = []
+    outputs: list[Any] = []
+    for k, case in enumerate(cases):
+        it = iter(case.inputs)
+
+        def lift(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                tensor = next(it)
+                inputs.append(tensor)
+                return g.placeholder(f"c{k}_t{len(inputs) - 1}", TensorMeta.of(tensor))
+            return value
+        args = tree_map(lift, (case.sample.input,) + tuple(case.sample.args))
+        kwargs = tree_map(lift, dict(case.sample.kwargs))
+        out = g.call(case.fn, args, kwargs)
+        start = len(outputs)
+        result = _call(case.fn, case.sample, _clone(case.inputs))
+        if isinstance(result, (tuple, list)):
+            outputs.extend(g.call(operator.getitem, (out, i)) for i in range(len(result)))
+        else:
+            outputs.append(out)
+        slices.append(slice(start, len(outputs)))
+    g.output(tuple(outputs))
+    return g, inputs, slices
+
+
+# ------------------------------------------------------------------ comparison
+def _error_score(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> float:
+    """max |value - reference| / (atol + rtol |reference|) with torch.testing's tolerances for dtype;
+    a NaN where the reference has none (or the reverse) scores inf."""
+    from torch.testing._comparison import default_tolerances
+    rtol, atol = default_tolerances(dtype)
+    value, reference = value.double(), reference.double()
+    nan_mismatch = value.isnan() != reference.isnan()
+    if nan_mismatch.any():
+        return float("inf")
+    both_finite = value.isfinite() & reference.isfinite()
+    inf_mismatch = ~both_finite & ~value.isnan() & (value != reference)
+    if inf_mismatch.any():
+        return float("inf")
+    diff = (value - reference).abs() / (atol + rtol * reference.abs())
+    diff = torch.where(both_finite, diff, torch.zeros_like(diff))
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def _fp64_reference(case: Case) -> list[torch.Tensor] | None:
+    upcast = [t.double() if t.is_floating_point() else t.clone() for t in case.inputs]
+    try:
+        result = _call(case.fn, case.sample, upcast)
+    except Exception:  # noqa: BLE001
+        return None
+    result = list(result) if isinstance(result, (tuple, list)) else [result]
+    return result if all(isinstance(r, torch.Tensor) for r in result) else None
+
+
+def _no_worse_than_eager(case: Case, index: int, actual: torch.Tensor) -> bool:
+    expected = case.expected[index]
+    if not expected.is_floating_point() or actual.dtype != expected.dtype:
+        return False
+    reference = _fp64_reference(case)
+    if reference is None or reference[index].shape != expected.shape:
+        return False
+    ember_error = _error_score(actual, reference[index], expected.dtype)
+    eager_error = _error_score(expected, reference[index], expected.dtype)
+    return ember_error <= max(eager_error, 1.0)
+
+
+def compare_case(case: Case, actual: Sequence[Any], actual_inputs: Sequence[torch.Tensor]) -> str | None:
+    """None when ember's outputs and inputs-after-the-call match eager's, else why not."""
+    if len(actual) != len(case.expected):
+        return f"{len(actual)} outputs, eager has {len(case.expected)}"
+    pairs = [(f"output {i}", a, e, i) for i, (a, e) in enumerate(zip(actual, case.expected))]
+    pairs += [(f"input {i} after the call", a, e, None)
+              for i, (a, e) in enumerate(zip(actual_inputs, case.expected_inputs))]
+    for what, a, e, index in pairs:
+        if not isinstance(a, torch.Tensor):
+            return f"{what}: expected a tensor, got {type(a).__name__}"
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return f"{what}: {a.dtype}{list(a.shape)}, eager {e.dtype}{list(e.shape)}"
+        try:
+            torch.testing.assert_close(a, e, equal_nan=True, check_stride=False, check_device=False)
+        except AssertionError as exc:
+            if index is not None and _no_worse_than_eager(case, index, a):
+                ACCEPTED_VS_FP64.append(case.key)
+                continue
+            return f"{what}: " + " ".join(str(exc).split("\n")[:4])
+    return None
+
+
+# ------------------------------------------------------------------- running
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {' | '.join(text[:3])[:400]}"
+
+
+def run_cases(cases: Sequence[Case], options: dict | None = None, compile_fn: Callable | None = None,
+              ) -> dict[str, str]:
+    """Compile all cases as one graph and compare; bisect a batch that raises.  {key: why} of failures."""
+    if compile_fn is None:
+        from ember.backend import compile_graph as compile_fn
+    if not cases:
+        return {}
+    graph, inputs, slices = batched_graph(cases)
+    run_inputs = _clone(inputs)
+    try:
+        compiled = compile_fn(graph, _clone(inputs), options or {})
+        actual = list(compiled(*run_inputs))
+    except Exception as exc:  # noqa: BLE001 - bisect to the case that raised
+        if len(cases) == 1:
+            return {cases[0].key: _describe(exc)}
+        half = len(cases) // 2
+        return {**run_cases(cases[:half], options, compile_fn), **run_cases(cases[half:], options, compile_fn)}
+    failures = {}
+    position = 0
+    for case, where in zip(cases, slices):
+        n_inputs = len(case.inputs)
+        why = compare_case(case, actual[where], run_inputs[position:position + n_inputs])
+        position += n_inputs
+        if why is not None:
+            failures[case.key] = why
+    return failures
