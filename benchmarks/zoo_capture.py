@@ -23,7 +23,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from ember.capture import compile_function  # noqa: E402
+from ember.capture import compile_function
 
 DEFAULT_ZOO = os.path.join(HERE, "..", "..", "shared", "bench", "models.py")
 
@@ -56,8 +56,8 @@ def import_torchvision_tolerantly() -> None:
     torch.library.register_fake = tolerant
     try:
         import torchvision  # noqa: F401
-    except Exception:
-        pass
+    except (ImportError, RuntimeError, OSError) as error:
+        print(f"torchvision unavailable: {error}")
     finally:
         torch.library.register_fake = original
 
@@ -140,7 +140,7 @@ def main() -> None:
     for name in names:
         try:
             row = run_model(zoo, name, options.size)
-        except Exception as error:  # building or running the model itself failed
+        except Exception as error:  # noqa: BLE001  building or running the model itself failed
             if options.traceback:
                 traceback.print_exc()
             print(f"{name:<22} error: {type(error).__name__}: {error}")

@@ -62,6 +62,9 @@ def readable_const(value: Any) -> str:
         return value.__qualname__
     if isinstance(value, (torch.dtype, torch.device)):
         return repr(value) if isinstance(value, torch.device) else str(value)
+    if isinstance(value, torch.nn.Module):
+        # a module's repr prints its whole subtree: quadratic in depth over a model's guards
+        return f"<{type(value).__name__} at {id(value):#x}>"
     return repr(value)
 
 

@@ -39,11 +39,26 @@ _BINARY_OPS = {name: i for i, (_, name) in enumerate(getattr(dis, "_nb_ops", [])
 def _has_python_enter_exit(manager: V.Value) -> bool:
     try:
         cls = manager.python_type()
-    except Exception:
+    except Unsupported:
         return False
     import inspect
     return all(isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
                for name in ("__enter__", "__exit__"))
+
+
+_DECODED: dict[types.CodeType, tuple[list[dis.Instruction], dict[int, int]]] = {}
+
+
+def _decoded(code: types.CodeType) -> tuple[list[dis.Instruction], dict[int, int]]:
+    """Instructions of a code object (decoding costs ~1 ms; the same functions are inlined again and again)."""
+    cached = _DECODED.get(code)
+    if cached is None:
+        if len(_DECODED) > 4096:
+            _DECODED.clear()
+        instructions = list(dis.get_instructions(code))
+        cached = (instructions, {inst.offset: i for i, inst in enumerate(instructions)})
+        _DECODED[code] = cached
+    return cached
 
 
 class RealCell:
@@ -75,8 +90,7 @@ class InstructionTranslator:
         self.cells = cells
         self.depth = depth
         self.function_name = function_name or code.co_name
-        self.instructions = list(dis.get_instructions(code))
-        self.index_of_offset = {inst.offset: i for i, inst in enumerate(self.instructions)}
+        self.instructions, self.index_of_offset = _decoded(code)
         self.stack: list[V.Value] = []
         self.kw_names: tuple[str, ...] = ()
         self.lineno = code.co_firstlineno

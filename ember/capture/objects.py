@@ -23,7 +23,6 @@ import types
 import typing
 from typing import Any
 
-from ..errors import Unsupported
 from . import values as V
 from .sources import Source
 

@@ -171,8 +171,12 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
     inputs: list[V.TensorValue] = []
     meta_args = tuple(_meta_args(a, inputs) for a in args)
     meta_kwargs = {k: _meta_args(v, inputs) for k, v in kwargs.items()}
+    cache_key = _meta_cache_key(target, args, kwargs, session.grad_enabled)
+    cached = _META_CACHE.get(cache_key) if cache_key is not None else None
     if op_name in ("cpu", "cuda"):
         meta_result = meta_args[0]  # same shape and strides, only the device changes
+    elif cached is not None:
+        meta_result = cached  # repeated layers: the same op on the same metadata
     else:
         meta_args, meta_kwargs = _sanitize_device_args(target, meta_args, meta_kwargs)
         if not inputs and "device" not in meta_kwargs:
@@ -184,6 +188,11 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
             raise Unsupported(f"{op_name} could not be evaluated on meta tensors "
                               f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
                               line, "this op is data-dependent or has no meta kernel") from None
+    if cache_key is not None and cached is None and (isinstance(meta_result, torch.Tensor) or isinstance(
+            meta_result, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in meta_result)):
+        if len(_META_CACHE) > 4096:
+            _META_CACHE.clear()
+        _META_CACHE[cache_key] = meta_result
     device = _device_of_output(target, graph_args, graph_kwargs, inputs)
     in_place = _is_in_place(target, graph_kwargs)
 
@@ -219,6 +228,38 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
         return V.TupleValue(items, None, cls, fields)
     raise Unsupported(f"{op_name} returns a Python value that depends on tensor data", line,
                       "keep the computation in tensors")
+
+
+# (target, argument metadata and constants, grad mode) -> meta result; only its metadata is ever read
+_META_CACHE: dict[Any, Any] = {}
+
+
+def _meta_cache_key(target: Any, args: list, kwargs: dict, grad_enabled: bool) -> Any:
+    try:
+        key = (target, tuple(_meta_key_of(a) for a in args),
+               tuple(sorted((k, _meta_key_of(v)) for k, v in kwargs.items())), grad_enabled)
+        hash(key)
+        return key
+    except (_NotCacheable, TypeError):  # unhashable constants: evaluate without the cache
+        return None
+
+
+class _NotCacheable(Exception):
+    pass
+
+
+def _meta_key_of(value: Any) -> Any:
+    if isinstance(value, V.TensorValue):
+        meta = value.meta
+        return ("T", meta.shape, meta.stride, meta.dtype, meta.device, meta.requires_grad, meta.storage_offset,
+                value.node.op == "placeholder")
+    if isinstance(value, (V.TupleValue, V.ListValue)):
+        return (type(value).__name__, tuple(_meta_key_of(v) for v in value.items))
+    if isinstance(value, V.ConstantValue):
+        return ("C", type(value.value), value.value)
+    if isinstance(value, V.ObjectValue) and isinstance(value.obj, (torch.dtype, torch.device)):
+        return ("C", type(value.obj), value.obj)
+    raise _NotCacheable
 
 
 def _note_mutation(session: Any, value: V.TensorValue) -> None:

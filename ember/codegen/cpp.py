@@ -150,12 +150,8 @@ class KernelPrinter:
         simd_ok = not has_arg and all(r.reduction_type in ("sum", "max", "min", "prod") or
                                       r.reduction_type.startswith("welford") for r in reductions)
         reduction_clause = (" reduction(" + ") reduction(".join(clauses) + ")") if clauses else ""
-        if simd_ok:
-            if parallel_reduce and not step.stores and k.inner_numel >= PARALLEL_THRESHOLD:
-                self.emit(depth, f"#pragma omp parallel for simd{reduction_clause}")
-            else:
-                self.emit(depth, f"#pragma omp simd{reduction_clause}")
-        depth = self.open_inner_loops(depth)
+        parallel_inner = parallel_reduce and not step.stores and k.inner_numel >= PARALLEL_THRESHOLD
+        depth = self.open_inner_loops(depth, reduction_clause if simd_ok else None, parallel_inner and simd_ok)
         self.scopes.append({})
         for red, acc in accumulators:
             value = self.expr(red.body, depth)
@@ -170,10 +166,21 @@ class KernelPrinter:
         for red, acc in accumulators:
             self.finish_accumulator(red, acc, depth)
         if welford_groups:
-            self.emit_welford_second_pass(welford_groups, welford_sums, depth)
+            self.emit_welford_second_pass(welford_groups, welford_sums, depth, parallel_inner)
 
-    def open_inner_loops(self, depth: int) -> int:
-        for var in self.kernel.inner_vars:
+    def open_inner_loops(self, depth: int, simd_clause: str | None = None, parallel: bool = False) -> int:
+        """The inner loop nest; ``simd_clause`` (reductions) vectorizes its innermost (contiguous)
+        loop, ``parallel`` splits its outermost loop over threads."""
+        inner = self.kernel.inner_vars
+        for i, var in enumerate(inner):
+            innermost, outermost = i == len(inner) - 1, i == 0
+            if simd_clause is not None:
+                if innermost and outermost:
+                    self.emit(depth, f"#pragma omp {'parallel for simd' if parallel else 'simd'}{simd_clause}")
+                elif outermost and parallel:
+                    self.emit(depth, f"#pragma omp parallel for{simd_clause}")
+                elif innermost:
+                    self.emit(depth, f"#pragma omp simd{simd_clause}")
             self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
             depth += 1
         return depth
@@ -242,7 +249,7 @@ class KernelPrinter:
         self.registers[red.name] = f"{red.name}_val"
 
     def emit_welford_second_pass(self, groups: dict[Expr, list[KernelReduction]], sums: dict[Expr, str],
-                                 depth: int) -> None:
+                                 depth: int, parallel: bool = False) -> None:
         """var = sum((x - mean)^2) / (n - correction): a second pass over the (cached) row."""
         n = max(self.kernel.inner_numel, 0)
         for body, group in groups.items():
@@ -251,8 +258,7 @@ class KernelPrinter:
             mean = f"{base}_mean_value"
             self.emit(depth, f"const {acc_type} {mean} = {sums[body]} / {acc_type}({n});")
             self.emit(depth, f"{acc_type} {base}_m2 = 0;")
-            self.emit(depth, f"#pragma omp simd reduction(+:{base}_m2)")
-            inner_depth = self.open_inner_loops(depth)
+            inner_depth = self.open_inner_loops(depth, f" reduction(+:{base}_m2)", parallel)
             self.scopes.append({})
             value = self.expr(body, inner_depth)
             self.emit(inner_depth, f"const {acc_type} {base}_delta = {value} - {mean};")

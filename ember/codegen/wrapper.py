@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from ember.errors import CompileError
 from ember.graph import tree_map
 from ember.lower import ir
-from ember.errors import CompileError
 from ember.lower.scheduler import BufferPlan, ExternCall, Schedule
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from ember.graph import Graph
 
-
 MAX_PRINTED_GUARDS = 12
 
 

@@ -156,7 +156,7 @@ class _Lowering:
             return tensor.as_strided(base.shape, strides)
         try:
             result = fn(*tree_map(real, args), **tree_map(real, kwargs))
-        except Exception:  # the probe is an optimization: keep the meta layout
+        except Exception:  # noqa: BLE001 - the probe is an optimization: keep the meta layout
             return meta
         if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(meta.shape):
             return meta
@@ -288,6 +288,8 @@ def _reshape(self: _Lowering, node: Node, x: TensorValue, shape: Any) -> TensorV
 
 def reshape_index(idx: tuple[Index, ...], new_shape: tuple[int, ...], old_shape: tuple[int, ...]) -> tuple[Index, ...]:
     """Map an index of the reshaped tensor to the original, group by group (no division when dims line up)."""
+    if 0 in new_shape or 0 in old_shape:   # empty: no element is ever loaded (and sizes never group up)
+        return tuple(ir.const_index(0) for _ in old_shape)
     out: list[Index] = []
     i = j = 0
     while i < len(new_shape) or j < len(old_shape):

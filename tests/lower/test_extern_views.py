@@ -2,16 +2,16 @@
 index map is affine in the base buffer's layout, and copied otherwise."""
 import torch
 import torch.nn.functional as F
+from test_fusion import run_and_compare
 
 from ember.graph import TensorMeta
 from ember.lower import ir
 from ember.lower.builder import PrimGraphBuilder
 from ember.lower.lowering import reshape_index
-from test_fusion import run_and_compare
 
 
 def extern(b, fn, *args, **kwargs):
-    meta_of = lambda v: v.meta.to_meta_tensor() if hasattr(v, "meta") else v  # noqa: E731
+    meta_of = lambda v: v.meta.to_meta_tensor() if hasattr(v, "meta") else v
     out = fn(*[meta_of(a) for a in args], **kwargs)
     meta = TensorMeta(tuple(out.shape), tuple(out.stride()), out.dtype, torch.device("cpu"))
     return b.graph.call(fn, args, kwargs, meta=meta)
@@ -67,7 +67,7 @@ def test_extern_of_a_lambda_gets_a_valid_wrapper_name():
     xv = torch.randn(3, 5)
     b = PrimGraphBuilder()
     x = b.input("x", xv)
-    twice = lambda t: t * 2  # noqa: E731
+    twice = lambda t: t * 2
     y = extern(b, twice, b.permute(x, (1, 0)))
     compiled = run_and_compare(b.build([b.add(y, 1.0)]), [xv])
     assert "_extern__lambda_" in compiled.source

@@ -128,3 +128,14 @@ def test_reduction_reading_a_value_stored_in_the_same_loop():
         y = b.exp(x)
         compiled = run_and_compare(b.build([y, b.sum(y, (1,))]), [xv], rtol=2e-2 if dtype != torch.float32 else 1e-4)
         assert compiled.stats["kernel_count"] == 1
+
+
+def test_big_full_reductions_run_in_parallel_and_match():
+    xv = torch.randn(600, 500) * 3 + 1
+    b = PrimGraphBuilder()
+    x = b.input("x", xv)
+    vm = b.var_mean(x, (0, 1), correction=1)
+    outs = [b.getitem(vm, 0), b.getitem(vm, 1), b.sum(x, (0, 1)), b.amax(x, (0, 1)), b.argmax(b.reshape(x, (300000,)), 0)]
+    compiled = run_and_compare(b.build(outs), [xv], rtol=1e-4, atol=1e-4)
+    assert compiled.source.count("#pragma omp parallel for reduction") == 2   # outer loop threads
+    assert compiled.source.count("#pragma omp simd reduction") >= 2           # inner loop vectors

@@ -28,6 +28,7 @@ class _NeedsExtern(Exception):
 def _basic_then_advanced(x: Value, index: Any) -> tuple[Value, list[tuple[int, Value]]]:
     """Apply ints/slices/None/Ellipsis as views; return the view and the tensor indices by dim."""
     items = list(index) if isinstance(index, tuple) else [index]
+    items = [_int_list_as_index(item, x.device) if _is_int_list(item) else item for item in items]
     for item in items:
         if isinstance(item, bool) or (is_tensor(item) and item.dtype in (torch.bool, torch.uint8)) \
                 or isinstance(item, (list, Value)) and not is_tensor(item):
@@ -59,6 +60,26 @@ def _basic_then_advanced(x: Value, index: Any) -> tuple[Value, list[tuple[int, V
     return result, advanced
 
 
+def _is_int_list(item: Any) -> bool:
+    return isinstance(item, list) and 0 < len(item) <= _MAX_LIST_INDEX and \
+        all(isinstance(i, int) and not isinstance(i, bool) for i in item)
+
+
+_MAX_LIST_INDEX = 64   # longer lists run eagerly rather than as a chain of selects
+
+
+def _int_list_as_index(values: list[int], device: torch.device) -> Value:
+    """x[[1, 2]] indexes with tensor([1, 2]): an iota when evenly spaced, else a where-chain over one."""
+    step = values[1] - values[0] if len(values) > 1 else 1
+    if all(b - a == step for a, b in zip(values, values[1:])):
+        return ops.iota(len(values), values[0], step, torch.int64, device)
+    positions = ops.iota(len(values), 0, 1, torch.int64, device)
+    index = ops.full((len(values),), values[0], torch.int64, device)
+    for position, value in enumerate(values[1:], start=1):
+        index = ops.where(ops.eq(positions, position), value, index)
+    return index
+
+
 def _index_list(x: Value, advanced: list[tuple[int, Value]]) -> list[Any]:
     """Full-length index list (None = not indexed) with negative indices wrapped."""
     indices: list[Any] = [None] * x.ndim
@@ -77,7 +98,7 @@ def getitem(x: Any, index: Any) -> Any:
     try:
         view, advanced = _basic_then_advanced(x, index)
     except _NeedsExtern:
-        return ops.extern(operator.getitem, x, index)
+        return ops.extern(_eager_getitem, x, index)
     if not advanced:
         return view
     return ops.emit(P.index, view, _index_list(view, advanced))
@@ -104,6 +125,14 @@ def _as_values(value: Any, shape: Sequence[Any], dtype: torch.dtype, device: tor
     if not is_tensor(value):
         return ops.full(shape, value, dtype, device)
     return ops.expand_to(ops.cast(value, dtype), shape)
+
+
+def _eager_getitem(x: torch.Tensor, index: Any) -> torch.Tensor:
+    """x[index] run by the wrapper (bool masks, nested lists).  Not operator.getitem itself: in a
+    prim graph that names the element of a multi-output node.  Externs are functional: a
+    result that shares x's memory is copied."""
+    out = x[index]
+    return out.clone() if out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() else out
 
 
 def _functional_setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
