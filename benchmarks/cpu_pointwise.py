@@ -4,8 +4,9 @@
 
 Blocks: (1) 10 chained elementwise ops (gelu, tanh, mul, add, ...) on a 4M-element
 tensor; (2) a nanoGPT-style transformer block (layer_norm, linear, sdpa, gelu,
-residuals).  Graphs are built by hand at torch level (capture is not used) and
-compiled with ember.backend.compile_graph.  Cold compile = fresh EMBER_CACHE_DIR /
+residuals): graphs built by hand at torch level and compiled with
+ember.backend.compile_graph; (3) the bench zoo's nanoGPT model (../shared/bench/models.py,
+4 layers) through the whole pipeline, ember.compile(model) vs torch.compile(model).  Cold compile = fresh EMBER_CACHE_DIR /
 TORCHINDUCTOR_CACHE_DIR; warm = same cache, new compile in the same process.
 """
 from __future__ import annotations
@@ -153,6 +154,47 @@ def run_case(name, fn, graph, inputs, repeat):
           f"{ember_fn.stats['kernel_count']}k+{ember_fn.stats['extern_count']}e |", flush=True)
 
 
+def run_model_case(name, model, inputs, repeat):
+    """A whole nn.Module through the full pipeline: ember.compile (capture) vs torch.compile."""
+    import ember
+    from ember.runtime import cpp_build
+    os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-bench-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
+    cpp_build.compile_flags.cache_clear()
+    ember.reset()
+    ember_fn = ember.compile(model)
+    ember_cold = first_call_seconds(ember_fn, inputs)        # capture + compile + g++
+    ember.reset()
+    ember_warm = first_call_seconds(ember.compile(model), inputs)
+    ind_fn, ind_cold = inductor_compile(model, inputs)
+    _, ind_warm = inductor_compile(model, inputs)
+    expected = model(*inputs)
+    error = ((ember_fn(*inputs) - expected).abs().max() / expected.abs().max()).item()
+    assert error < 1e-4, f"relative error {error}"
+    eager_ms = bench(model, inputs, repeat)
+    ember_ms = bench(ember_fn, inputs, repeat)
+    ind_ms = bench(ind_fn, inputs, repeat)
+    print(f"| {name} | {eager_ms:.2f} | {ember_ms:.2f} ({eager_ms / ember_ms:.2f}x) | {ind_ms:.2f} "
+          f"({eager_ms / ind_ms:.2f}x) | {ember_cold:.2f} / {ember_warm:.3f} | {ind_cold:.2f} / {ind_warm:.2f} | "
+          f"capture |", flush=True)
+
+
+def first_call_seconds(compiled, inputs) -> float:
+    start = time.perf_counter()
+    compiled(*inputs)
+    return time.perf_counter() - start
+
+
+def nanogpt_model():
+    """The bench zoo's nanoGPT (explicit matmul + masked softmax attention), 4 layers, d 384."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "bench"))
+    import models as zoo
+    torch.manual_seed(0)
+    model = zoo.NanoGPT(vocab=4096, block_size=256, n_layer=4, n_head=6, d=384).eval()
+    return model, (torch.randint(0, 4096, (2, 128)),)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -167,6 +209,10 @@ def main() -> None:
     run_case("pointwise x10 (4M fp32)", pointwise_fn, pointwise_graph(x), [x], repeat)
     inputs = [torch.randn(B, T, C)] + block_params()
     run_case(f"nanoGPT block (B{B} T{T} C{C})", block_fn, block_graph(inputs), inputs, repeat)
+    model, model_inputs = nanogpt_model()
+    with torch.no_grad():
+        run_model_case("nanoGPT model, 4 layers (B2 T128 C384, vocab 4096)", model, model_inputs,
+                       max(repeat // 3, 5))
 
 
 if __name__ == "__main__":

@@ -225,3 +225,55 @@ def run_cases(cases: Sequence[Case], options: dict | None = None, compile_fn: Ca
         if why is not None:
             failures[case.key] = why
     return failures
+
+
+class BatchedRun:
+    """Runs the OpInfo ops in batches of `ops_per_batch` ops (all their samples in one compile),
+    lazily, the first time a test asks about one of them; remembers the failures.
+
+        run = BatchedRun(opinfo_util.decomposed_opinfos(), samples_per_op=4, ops_per_batch=16, options={})
+        run.failures(info, torch.float32)  -> {case key: why}
+    """
+
+    def __init__(self, opinfos: Sequence[tuple[Any, Callable]], samples_per_op: int, ops_per_batch: int,
+                 options: dict | None = None, skip: Callable[[str, torch.dtype], bool] = lambda n, d: False):
+        self.opinfos = list(opinfos)
+        self.samples_per_op = samples_per_op
+        self.ops_per_batch = ops_per_batch
+        self.options = dict(options or {})
+        self.skip = skip
+        self.cases_run: dict[tuple[str, torch.dtype], int] = {}      # (op id, dtype) -> samples compiled
+        self._failures: dict[tuple[str, torch.dtype], dict[str, str]] = {}
+        self._done: set[tuple[torch.dtype, int]] = set()
+        self._position = {op_id(info): i for i, (info, _) in enumerate(self.opinfos)}
+
+    def failures(self, info: Any, dtype: torch.dtype) -> dict[str, str]:
+        name = op_id(info)
+        batch = self._position[name] // self.ops_per_batch
+        if (dtype, batch) not in self._done:
+            self._done.add((dtype, batch))
+            ops = self.opinfos[batch * self.ops_per_batch:(batch + 1) * self.ops_per_batch]
+            cases = collect_cases(ops, dtype, self.samples_per_op, self.skip)
+            for case in cases:
+                self.cases_run[(case.op_id, dtype)] = self.cases_run.get((case.op_id, dtype), 0) + 1
+            for key, why in run_cases(cases, self.options).items():
+                op = key[:key.rindex("-")]
+                self._failures.setdefault((op, dtype), {})[key] = why
+        return self._failures.get((name, dtype), {})
+
+
+def summarize(run: BatchedRun, cases: Sequence[tuple[Any, torch.dtype]], known: Callable[[str, torch.dtype], Any],
+              uncheckable: dict[str, str]) -> str:
+    """One line: (op, dtype) cases and samples run, passed, xfailed, failed (from what has run so far)."""
+    ran = [(op_id(info), dtype) for info, dtype in cases
+           if (op_id(info), dtype) in run.cases_run or op_id(info) in uncheckable]
+    failed = {c for c in ran if run._failures.get(c)}
+    xfailed = {c for c in ran if c[0] in uncheckable or (c in failed and known(*c))}
+    samples = sum(run.cases_run.get(c, 0) for c in ran)
+    bad_samples = sum(len(run._failures.get(c, {})) for c in ran)
+    ops = {name for name, _ in ran}
+    ops_ok = {name for name in ops if not any(c[0] == name and c in failed | xfailed for c in ran)}
+    return (f"{len(ops)} ops ({len(ops_ok)} pass in every dtype), {len(ran)} (op, dtype) cases: "
+            f"{len(ran) - len(failed | xfailed)} passed, {len(xfailed)} xfailed, {len(failed - xfailed)} failed; "
+            f"{samples} samples, {samples - bad_samples} passed "
+            f"({len(set(ACCEPTED_VS_FP64))} of them through the fp64 no-worse-than-eager rule)")

@@ -407,6 +407,7 @@ def _cast(value: str, src: torch.dtype, dst: torch.dtype) -> str:
     return f"static_cast<{compute_type(dst)}>({value})"
 
 
+# signbit as copysign: g++ 12 -O3 crashes (ICE in extract_insn) vectorizing std::signbit of a bf16 load
 _UNARY_FLOAT = {
     "exp": "exp{F}({0})", "exp2": "exp2{F}({0})", "expm1": "expm1{F}({0})", "log": "log{F}({0})",
     "log1p": "log1p{F}({0})", "log2": "log2{F}({0})", "log10": "log10{F}({0})", "sqrt": "std::sqrt({0})",
@@ -417,7 +418,7 @@ _UNARY_FLOAT = {
     "erfc": "erfc{F}({0})", "erfinv": "static_cast<{T}>(ember_erfinv({0}))", "lgamma": "std::lgamma({0})",
     "sigmoid": "({T}(1) / ({T}(1) + exp{F}(-{0})))", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
     "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "abs": "std::abs({0})", "neg": "(-{0})",
-    "sign": "ember_sign({0})", "signbit": "std::signbit({0})", "isnan": "({0} != {0})",
+    "sign": "ember_sign({0})", "signbit": "(std::copysign({T}(1), {0}) < {T}(0))", "isnan": "({0} != {0})",
     "isinf": "std::isinf({0})", "isfinite": "std::isfinite({0})", "logical_not": "!({0})",
 }
 _UNARY_INT = {

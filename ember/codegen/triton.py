@@ -459,7 +459,8 @@ class TritonKernelPrinter:
             else:
                 value = f"{value}.to({triton_ops.TL_TYPE[plan.dtype]})"
         # later reads of this element in the kernel reuse the value (a reload could race with the store)
-        reread = triton_ops.cast(value, body.dtype, plan.dtype) if plan.dtype in LOW_PRECISION else \
+        # `value` already has the storage type: reread it in the compute type (fp32), never re-round it
+        reread = f"{value}.to(tl.float32)" if plan.dtype in LOW_PRECISION else \
             self.expr(Cast(body, plan.dtype)) if body.dtype != plan.dtype and not isinstance(body, Const) else value
         self.scopes[-1][("stored", buffer, tuple(index))] = reread
         self.written.add(buffer)
@@ -494,6 +495,8 @@ class TritonKernelPrinter:
         address = self.address(plan, node.index)
         offset = self.render_index(address)
         mask = self.mask_for(address)
+        if mask and offset.lstrip("-").isdigit():
+            mask = None                  # only size-1 loop vars: one element, a scalar pointer takes no block mask
         ptr = self.pointer(node.buffer)
         target = ptr if offset == "0" else f"{ptr} + ({offset})"
         text = f"tl.load({target}, mask={mask}, other=0)" if mask else f"tl.load({target})"

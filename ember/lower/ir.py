@@ -452,6 +452,15 @@ def walk(expr: Expr) -> Iterator[Expr]:
                 stack.append((child, False))
 
 
+def indirect_atoms(idx: Index) -> Iterator[Indirect]:
+    """The Indirect atoms of an index, also those nested in // and % (a reshape of a gather)."""
+    for atom in idx.atoms():
+        if isinstance(atom, Indirect):
+            yield atom
+        elif isinstance(atom, (FloorDiv, ModIndex)):
+            yield from indirect_atoms(atom.arg)
+
+
 def loads(expr: Expr) -> list[Load]:
     """The Loads an expression reads, including those inside indirect indices."""
     out: list[Load] = []
@@ -459,9 +468,8 @@ def loads(expr: Expr) -> list[Load]:
         if isinstance(node, Load):
             out.append(node)
             for idx in node.index:
-                for atom in idx.atoms():
-                    if isinstance(atom, Indirect):
-                        out.extend(loads(atom.value))
+                for atom in indirect_atoms(idx):
+                    out.extend(loads(atom.value))
     return out
 
 

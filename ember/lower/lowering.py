@@ -431,6 +431,6 @@ _LOWERINGS: dict[str, Callable[..., Any]] = {
     "sum": _simple_reduction("sum"), "prod": _simple_reduction("prod"),
     "amax": _simple_reduction("amax"), "amin": _simple_reduction("amin"),
     "argmax": _arg_reduction("argmax"), "argmin": _arg_reduction("argmin"), "var_mean": _var_mean,
-    "iota": _iota, "full": _full,
+    "iota": _iota, "full": _full, "clone": lambda self, node, x: self.pointwise(node, x.shape, x.dtype, x.load),
 }
 _LOWERINGS.update(lower_indexing.LOWERINGS)

@@ -537,12 +537,14 @@ def _is_expensive(body: Expr) -> bool:
 
 
 def _expand_indirect(idx: Index, sched: _Scheduler) -> Index:
-    if not any(isinstance(a, ir.Indirect) for a in idx.atoms()):
+    if next(ir.indirect_atoms(idx), None) is None:
         return idx
     terms = []
     for atom, coeff in idx.terms:
         if isinstance(atom, ir.Indirect):
             atom = ir.Indirect(ir.map_expr(atom.value, sched._expand_load), atom.size)
+        elif isinstance(atom, (ir.FloorDiv, ir.ModIndex)):   # a reshape of a gather nests it
+            atom = type(atom)(_expand_indirect(atom.arg, sched), atom.divisor)
         terms.append((atom, coeff))
     return Index(terms, idx.const)
 

@@ -288,3 +288,30 @@ def test_block_choices_follow_the_problem():
     header = compiled.source.split("def kernel0")[1]
     assert "persistent: XBLOCK=" in header and "RBLOCK=128" in header and "rmask = rindex < rnumel" in header
     assert "int32 indexing" in header
+
+
+# ---------------------------------------------------------------- regressions (harness zoo, bf16)
+def test_bf16_output_reread_in_same_kernel():
+    """A bf16 buffer stored and re-read by a later fp32 op of the same kernel (gpt2 residual ->
+    LayerNorm): the re-read takes the stored bf16 value up to fp32 once (the interpreter's explicit
+    rounding failed on an already-bf16 value: 'Cannot bitcast data-type of size 16 to ... 32')."""
+    torch.manual_seed(0)
+    n, c = 8, 32
+    xv = t(torch.randn(n, c).to(torch.bfloat16))
+    yv = t(torch.randn(n, c).to(torch.bfloat16))
+    b = PrimGraphBuilder()
+    x, y = b.input("x", xv), b.input("y", yv)
+    h = b.cast(b.add(b.cast(x, torch.float32), b.cast(y, torch.float32)), torch.bfloat16)
+    h32 = b.cast(h, torch.float32)
+    vm = b.var_mean(h32, (1,))
+    check(b.build([h, b.getitem(vm, 0), b.getitem(vm, 1)]), [xv, yv], *TOL[torch.bfloat16])
+
+
+def test_load_through_size_one_dims_is_unmasked_scalar():
+    """Loop [2, 1] reading a (1, 1) input through expand: the address is the constant 0, so the
+    pointer is a scalar and may not take a block mask (gpt2's position ids: 'Mask argument cannot
+    be block type if pointer argument is not a block')."""
+    av = t(torch.tensor([[5]], dtype=torch.int64))
+    b = PrimGraphBuilder()
+    a = b.input("a", av)
+    check(b.build([b.sub(b.expand(a, (2, 1)), 1)]), [av])

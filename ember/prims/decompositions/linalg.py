@@ -1,6 +1,10 @@
 """Matmul family: Externs (cuBLAS / oneDNN), with bias adds left as prims so that the
 scheduler can fuse them (and what follows) into an epilogue.  Convolution, attention and
-pooling need no entry here: ops without a decomposition become Externs automatically."""
+pooling need no entry here: ops without a decomposition become Externs automatically.
+
+In bf16/fp16 the bias goes into the Extern (addmm, baddbmm, linear): the library adds it to
+the fp32 accumulator and rounds once, where a separate add would round the product first
+(up to one low-precision ulp off eager, and further from the exact result)."""
 from __future__ import annotations
 
 import operator
@@ -16,12 +20,17 @@ F = torch.nn.functional
 T = torch.Tensor
 
 
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
 def _scaled(value: Value, factor: Any) -> Value:
     return value if factor == 1 else value * factor
 
 
 @register(F.linear)
 def linear(x: Value, weight: Value, bias: Value | None = None) -> Value:
+    if bias is not None and x.dtype in _LOW_PRECISION:
+        return ops.extern(F.linear, x, weight, bias)
     weight_t = ops.transpose(weight, 0, 1) if weight.ndim == 2 else weight
     if x.ndim == 2 and weight.ndim == 2:
         out = ops.extern(torch.mm, x, weight_t)
@@ -36,20 +45,24 @@ def linear(x: Value, weight: Value, bias: Value | None = None) -> Value:
 
 @register(torch.addmm, T.addmm)
 def addmm(bias: Value, mat1: Value, mat2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
+    if beta != 0 and mat1.dtype in _LOW_PRECISION:
+        return ops.extern(torch.addmm, bias, mat1, mat2, beta=beta, alpha=alpha)
     product = _scaled(ops.extern(torch.mm, mat1, mat2), alpha)
     return product if beta == 0 else product + _scaled(bias, beta)
 
 
 @register(torch.baddbmm, T.baddbmm)
 def baddbmm(bias: Value, batch1: Value, batch2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
+    if beta != 0 and batch1.dtype in _LOW_PRECISION:
+        return ops.extern(torch.baddbmm, bias, batch1, batch2, beta=beta, alpha=alpha)
     product = _scaled(ops.extern(torch.bmm, batch1, batch2), alpha)
     return product if beta == 0 else product + _scaled(bias, beta)
 
 
 @register(torch.addbmm, T.addbmm)
 def addbmm(bias: Value, batch1: Value, batch2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
-    product = _scaled(ops.sum(ops.extern(torch.bmm, batch1, batch2), 0), alpha)
-    return product if beta == 0 else product + _scaled(bias, beta)
+    # eager accumulates all batches in one pass; bmm then a sum rounds each product first
+    return ops.extern(torch.addbmm, bias, batch1, batch2, beta=beta, alpha=alpha)
 
 
 @register(torch.mm, T.mm)

@@ -130,9 +130,15 @@ def select(x: Value, dim: int, index: int) -> Value:
 
 @register(torch.narrow, T.narrow, view=True)
 def narrow(x: Value, dim: int, start: int, length: int) -> Value:
-    if is_tensor(start) or isinstance(start, Value):
-        return ops.extern(torch.narrow, x, dim, start, length)
     dim = ops.normalize_dim(dim, x.ndim)
+    if is_tensor(start):
+        # start is data: read the `length` rows at start + iota (a copy, where eager makes a view)
+        start = ops.cast(ops.reshape(start, ()), torch.int64)
+        start = ops.where(ops.lt(start, 0), ops.add(start, x.shape[dim]), start)
+        rows = ops.add(ops.iota(length, 0, 1, torch.int64, x.device), start)
+        return ops.emit(P.index, x, [None] * dim + [rows])
+    if isinstance(start, Value):
+        return ops.extern(torch.narrow, x, dim, start, length)
     if isinstance(start, int) and start < 0:
         start = start + x.shape[dim]
     return ops.slice_dim(x, dim, start, start + length)
