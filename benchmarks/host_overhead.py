@@ -32,7 +32,7 @@ from ember.capture import compile_function  # noqa: E402
 from zoo_capture import DEFAULT_ZOO, call, eager_backend, import_torchvision_tolerantly, load_zoo  # noqa: E402
 
 
-def best_us(fn, repeats: int, rounds: int = 40) -> float:
+def best_us(fn, repeats: int, rounds: int = 100) -> float:
     """Best of many short loops of this thread's CPU time: the shared machine is busy, and
     CPU time does not count the time the thread waits for a core."""
     fn()

@@ -90,7 +90,7 @@ def collect_cases(opinfos: Sequence[tuple[Any, Callable]], dtype: torch.dtype, s
             eager_inputs = _clone(inputs)
             try:
                 result = _call(fn, sample, eager_inputs)
-            except Exception:  # noqa: BLE001 - samples eager rejects are not ours to check
+            except Exception:  # noqa: BLE001, S112 - samples eager rejects are not ours to check
                 continue
             expected = list(result) if isinstance(result, (tuple, list)) else [result]
             if not expected or not all(isinstance(e, torch.Tensor) for e in expected):
@@ -108,14 +108,7 @@ def batched_graph(cases: Sequence[Case]) -> tuple[Graph, list[torch.Tensor], lis
     slices = []
     outputs: list[Any] = []
     for k, case in enumerate(cases):
-        it = iter(case.inputs)
-
-        def lift(value: Any) -> Any:
-            if isinstance(value, torch.Tensor):
-                tensor = next(it)
-                inputs.append(tensor)
-                return g.placeholder(f"c{k}_t{len(inputs) - 1}", TensorMeta.of(tensor))
-            return value
+        lift = _placeholder_maker(g, inputs, case.inputs, f"c{k}_t")
         args = tree_map(lift, (case.sample.input,) + tuple(case.sample.args))
         kwargs = tree_map(lift, dict(case.sample.kwargs))
         out = g.call(case.fn, args, kwargs)
@@ -128,6 +121,20 @@ def batched_graph(cases: Sequence[Case]) -> tuple[Graph, list[torch.Tensor], lis
         slices.append(slice(start, len(outputs)))
     g.output(tuple(outputs))
     return g, inputs, slices
+
+
+def _placeholder_maker(g: Graph, inputs: list[torch.Tensor], tensors: Sequence[torch.Tensor],
+                       prefix: str) -> Callable[[Any], Any]:
+    """Replaces each tensor met (in order) by a new placeholder for the next of `tensors`."""
+    it = iter(tensors)
+
+    def lift(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            tensor = next(it)
+            inputs.append(tensor)
+            return g.placeholder(f"{prefix}{len(inputs) - 1}", TensorMeta.of(tensor))
+        return value
+    return lift
 
 
 # ------------------------------------------------------------------ comparison

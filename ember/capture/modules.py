@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import values as V
-from .sources import AttrSource, ItemSource
+from .sources import AttrSource, ItemSource, ModuleStoreSource, ModuleValuesSource
 
 _module_module = inspect.getmodule(nn.Module)
 _GLOBAL_HOOK_NAMES = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
@@ -38,34 +38,84 @@ def module_get_attr(tx: Any, value: V.ModuleValue, name: str) -> V.Value:
     except AttributeError:
         static, has_static = None, False
     instance_dict = module.__dict__
+    # Python's order: data descriptors of the class, the instance dict, other class
+    # attributes, and only then ``Module.__getattr__`` (parameters, buffers, submodules)
     if isinstance(static, property):
         from .calls import call
         return call(tx, V.ObjectValue(static.fget), [value], {})
-    if isinstance(static, types.FunctionType) and name not in instance_dict:
+    if has_static and _is_data_descriptor(static):
+        return _wrap_attr(tx, value, name, getattr(module, name))
+    if name in instance_dict:
+        return _wrap_attr(tx, value, name, instance_dict[name])
+    if isinstance(static, types.FunctionType):
         return V.BoundMethodValue(V.ObjectValue(static), value)
     if isinstance(static, staticmethod):
         return V.ObjectValue(static.__func__)
     if isinstance(static, classmethod):
         return V.BoundMethodValue(V.ObjectValue(static.__func__), V.ObjectValue(type(module)))
-    for store in ("_parameters", "_buffers", "_modules"):
-        if name in instance_dict.get(store, {}):
-            return _wrap_attr(tx, value, name, instance_dict[store][name])
-    if name in instance_dict:
-        return _wrap_attr(tx, value, name, instance_dict[name])
     if has_static:
         return _wrap_attr(tx, value, name, getattr(module, name))
+    for store in _STORES:
+        if name in instance_dict.get(store, {}):
+            return _wrap_attr(tx, value, name, instance_dict[store][name], store)
     raise tx.unsupported(f"{type(module).__name__} has no attribute {name!r}")
 
 
-def _wrap_attr(tx: Any, value: V.ModuleValue, name: str, attr: Any) -> V.Value:
+_STORES = ("_parameters", "_buffers", "_modules")  # the order of nn.Module.__getattr__
+
+
+def _is_data_descriptor(static: Any) -> bool:
+    return hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
+
+
+def plain_getattr(cls: type) -> bool:
+    """Attribute reads of ``cls`` instances end in ``nn.Module.__getattr__`` unchanged."""
+    return getattr(cls, "__getattr__", None) is _MODULE_GETATTR and cls.__getattribute__ is _OBJECT_GETATTRIBUTE
+
+
+_MODULE_GETATTR = nn.Module.__getattr__
+_OBJECT_GETATTRIBUTE = object.__getattribute__
+
+
+def _wrap_attr(tx: Any, value: V.ModuleValue, name: str, attr: Any, store: str | None = None) -> V.Value:
+    """Wrap ``module.name``.  Found in a store (``_parameters``...) of a module whose class reads
+    attributes the standard way, the source reads that dict directly: the module's exact class is
+    guarded (``wrap``), the class defines no ``name`` (checked above) and ``nn.Module`` keeps a name
+    in one place only (``__setattr__``/``register_*`` move it), so ``module._parameters['w']`` is
+    ``module.w`` -- and raises (the guard fails) when ``w`` has moved elsewhere."""
     if value.source is None:
         raise tx.unsupported("attribute of a module without a source")
-    return tx.session.wrap(attr, AttrSource(value.source, name))
+    if store is not None and plain_getattr(type(value.obj)):
+        source = ModuleStoreSource(value.source, store, name)
+        # what Python would find before ``__getattr__`` reaches this store: an instance attribute
+        # (``object.__setattr__``, ``__dict__`` writes) or the name in an earlier store
+        literal = repr(name).replace("{", "{{").replace("}", "}}")
+        checks = [f"{literal} not in {{v}}"] + [f"{literal} not in {{v}}[{s!r}]" for s in _STORES[:_STORES.index(store)]]
+        tx.session.guards.add(source.parent, " and ".join(checks))
+    else:
+        source = AttrSource(value.source, name)
+    return tx.session.wrap(attr, source)
+
+
+def fast_container(module: Any) -> type | None:
+    """The container base (ModuleList, Sequential, ModuleDict) whose ``__len__``/``__getitem__``/
+    ``__iter__`` this module uses unchanged, so guards may read its ``_modules`` directly."""
+    cls = type(module)
+    for base in (nn.ModuleList, nn.Sequential, nn.ModuleDict):
+        if isinstance(module, base):
+            if plain_getattr(cls) and all(getattr(cls, m) is getattr(base, m)
+                                          for m in ("__getitem__", "__len__", "__iter__")):
+                return base
+            return None
+    return None
 
 
 def _guard_length(tx: Any, value: V.ModuleValue) -> int:
     length = len(value.obj)
-    tx.session.guards.add(value.source, "len({v}) == {n}", n=length)
+    if fast_container(value.obj) is not None:  # their __len__ is len(self._modules)
+        tx.session.guards.add(value.source, "len({v}._modules) == {n}", n=length)
+    else:
+        tx.session.guards.add(value.source, "len({v}) == {n}", n=length)
     return length
 
 
@@ -79,9 +129,17 @@ def module_iter(tx: Any, value: V.ModuleValue) -> list[V.Value]:
     module = value.obj
     if isinstance(module, (nn.ModuleList, nn.Sequential, nn.ParameterList)):
         length = _guard_length(tx, value)
+        if fast_container(module) is not None and value.source is not None:
+            # both iterate ``self._modules.values()``: by position, whatever the keys
+            children = ModuleValuesSource(value.source)
+            return [tx.session.wrap(child, ItemSource(children, i))
+                    for i, child in enumerate(module._modules.values())]
         return [module_get_item(tx, value, i) for i in range(length)]
     if isinstance(module, (nn.ModuleDict, nn.ParameterDict)):
-        tx.session.guards.add(value.source, "list({v}.keys()) == {keys}", keys=list(module.keys()))
+        if fast_container(module) is not None:
+            tx.session.guards.add(value.source, "list({v}._modules) == {keys}", keys=list(module.keys()))
+        else:
+            tx.session.guards.add(value.source, "list({v}.keys()) == {keys}", keys=list(module.keys()))
         return [V.ConstantValue(k) for k in module.keys()]
     raise tx.unsupported(f"iterating over {type(module).__name__}")
 
@@ -102,7 +160,19 @@ def module_get_item(tx: Any, value: V.ModuleValue, index: Any) -> V.Value:
         item = module[index]
     except (KeyError, IndexError) as error:
         raise tx.unsupported(f"indexing {type(module).__name__}: {error!r}") from None
-    return tx.session.wrap(item, ItemSource(value.source, index))
+    return tx.session.wrap(item, _item_source(value, index))
+
+
+def _item_source(value: V.ModuleValue, index: Any) -> Any:
+    """``container[index]`` as its ``__getitem__`` reads it (index already normalized, length guarded)."""
+    base = fast_container(value.obj)
+    if base is nn.ModuleList and type(index) is int:     # self._modules[str(idx)]
+        return ModuleStoreSource(value.source, "_modules", str(index), readable=f"[{index!r}]")
+    if base is nn.Sequential and type(index) is int:     # positional over self._modules.values()
+        return ItemSource(ModuleValuesSource(value.source), index)
+    if base is nn.ModuleDict and type(index) is str:     # self._modules[key]
+        return ModuleStoreSource(value.source, "_modules", index, readable=f"[{index!r}]")
+    return ItemSource(value.source, index)
 
 
 # ---------------------------------------------------------------- calling

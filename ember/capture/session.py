@@ -92,7 +92,9 @@ class CaptureSession:
             guards.add(source, "{v} is {value}", value=value)
             return V.ConstantValue(value, source)
         if isinstance(value, torch.nn.Module):
-            guards.add(source, "{v} is {module}", module=value)
+            # the exact class too: ``__class__`` can be reassigned, and capture inlined this class's
+            # forward and read its parameters straight from their dicts (modules.py)
+            guards.add(source, "{v} is {module} and type({v}) is {cls}", module=value, cls=type(value))
             guards.add(source, "{v}.training is {training}", training=value.training)
             return V.ModuleValue(value, source)
         if type(value) is tuple or (isinstance(value, tuple) and hasattr(type(value), "_fields")):

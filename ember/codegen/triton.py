@@ -274,7 +274,8 @@ class TritonKernelPrinter:
         return value
 
     def depends_on_inner(self, body: Expr) -> bool:
-        inner = set(self.inner_vars)
+        # a size-1 inner var drops out of addresses (a scalar load): that is no dependence
+        inner = {v for v in self.inner_vars if v.size != 1}
         return bool(ir.expr_free_vars(body) & inner) or any(
             bool(idx.free_vars() & inner) for ld in ir.loads(body) for idx in ld.index)
 

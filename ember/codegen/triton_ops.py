@@ -105,6 +105,9 @@ def cast(value: str, src: torch.dtype, dst: torch.dtype) -> str:
     if dst == torch.bool:
         return f"({value} != 0)"
     if dst in LOW_PRECISION:
+        if src not in LOW_PRECISION and src != torch.float32:
+            # through fp32 as eager does (and _ember_round_bf16 bitcasts fp32 bits)
+            value = f"{value}.to(tl.float32)"
         return f"{to_storage(value, dst)}.to(tl.float32)"
     return f"{value}.to({TL_TYPE[dst]})"
 
@@ -131,8 +134,10 @@ _UNARY_INT = {
 _BINARY_COMMON = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})",
-    "ge": "({0} >= {1})", "logical_and": "(({0} != 0) & ({1} != 0))", "logical_or": "(({0} != 0) | ({1} != 0))",
-    "logical_xor": "(({0} != 0) ^ ({1} != 0))",
+    # logical ops as where/!= rather than & | ^ of comparisons: Triton 3.9's interpreter types the
+    # comparison of a scalar (a 0-d load) as its operand's float type, and & | ^ then reject it
+    "ge": "({0} >= {1})", "logical_and": "tl.where({0} != 0, {1} != 0, False)",
+    "logical_or": "tl.where({0} != 0, True, {1} != 0)", "logical_xor": "(({0} != 0) != ({1} != 0))",
 }
 _BINARY_FLOAT = {
     # torch.maximum/minimum propagate NaN; tl.maximum does not

@@ -18,7 +18,6 @@ def _interpreted() -> bool:
 
 
 def _numpy_libm() -> types.SimpleNamespace:
-    import math
 
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
@@ -37,7 +36,9 @@ def _numpy_libm() -> types.SimpleNamespace:
             else:
                 scalar = first.dtype
                 out = np.asarray(out).astype(first.handle.data.dtype)
-            shape = list(out.shape) if isinstance(first.type, tl.block_type) else []
+            # a block if any operand is one (fmod(scalar, block) is a block)
+            is_block = any(isinstance(t.type, tl.block_type) for t in tensors)
+            shape = list(out.shape) if is_block else []
             ty = tl.block_type(scalar, shape) if shape else scalar
             return tl.tensor(TensorHandle(out, scalar), ty)
         return fn
@@ -50,7 +51,9 @@ def _numpy_libm() -> types.SimpleNamespace:
             import torch
             return torch.special.erfinv(torch.from_numpy(np.ascontiguousarray(y))).numpy()
 
-    lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
+    def lgamma(x):
+        import torch  # math.lgamma raises at the poles (0, -1, ...), where torch gives inf
+        return torch.lgamma(torch.from_numpy(np.ascontiguousarray(x))).numpy()
     ns = types.SimpleNamespace(
         tanh=wrap(np.tanh), expm1=wrap(np.expm1), log1p=wrap(np.log1p), log10=wrap(np.log10), tan=wrap(np.tan),
         asin=wrap(np.arcsin), acos=wrap(np.arccos), atan=wrap(np.arctan), sinh=wrap(np.sinh), cosh=wrap(np.cosh),

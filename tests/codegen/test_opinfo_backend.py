@@ -17,8 +17,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import opinfo_batch  # noqa: E402
-import opinfo_util  # noqa: E402
+import opinfo_batch
+import opinfo_util
 
 SAMPLES_PER_OP = 4
 OPS_PER_BATCH = 16

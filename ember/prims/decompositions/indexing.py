@@ -6,6 +6,7 @@ followed by one advanced `index` prim for the tensor indices, as PyTorch does.
 """
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -71,7 +72,7 @@ _MAX_LIST_INDEX = 64   # longer lists run eagerly rather than as a chain of sele
 def _int_list_as_index(values: list[int], device: torch.device) -> Value:
     """x[[1, 2]] indexes with tensor([1, 2]): an iota when evenly spaced, else a where-chain over one."""
     step = values[1] - values[0] if len(values) > 1 else 1
-    if all(b - a == step for a, b in zip(values, values[1:])):
+    if all(b - a == step for a, b in itertools.pairwise(values)):
         return ops.iota(len(values), values[0], step, torch.int64, device)
     positions = ops.iota(len(values), 0, 1, torch.int64, device)
     index = ops.full((len(values),), values[0], torch.int64, device)
