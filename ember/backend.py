@@ -93,7 +93,9 @@ def _compile(graph: Graph, example_inputs: list, options: dict) -> Callable[...,
         except ImportError as exc:
             raise CompileError("the Triton code generator is not available", stage="codegen",
                                hint="ember.codegen.triton is not importable") from exc
-        launchers, kernel_source = triton_codegen.build_kernels(sched)
+        # CPU tensors can only run in Triton's interpreter; CUDA tensors use it when TRITON_INTERPRET is set
+        interpret = device.type != "cuda" or triton_codegen.interpret_requested()
+        launchers, kernel_source = triton_codegen.build_kernels(sched, interpret)
     else:
         launchers, kernel_source = _build_cpp(sched)
     from ember.codegen.wrapper import compile_wrapper, generate_wrapper

@@ -126,7 +126,7 @@ class GuardSet:
 
 
 def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor) -> None:
-    """dtype, device, sizes, strides, requires_grad and exact type (dispatch)."""
+    """dtype, device, sizes, strides, storage offset, requires_grad and exact type (dispatch)."""
     device = tensor.device
     # `.is_cpu` costs a third of `.device == cpu`; guards run on every call
     if device.type == "cpu":
@@ -135,13 +135,15 @@ def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor) -> 
         device_check, consts = "{v}.is_cuda and {v}.get_device() == {index}", {"index": device.index}
     else:
         device_check, consts = "{v}.device == {device}", {"device": device}
+    # `.shape` is cheaper than `.size()`; the storage offset matters to views of inputs that a
+    # backend rebuilds with as_strided (prim graphs' output_aliases), so it is guarded too
     guards.add(
         source,
         "type({v}) is {cls} and {v}.dtype is {dtype} and " + device_check +
-        " and {v}.size() == {size} and {v}.stride() == {stride}"
+        " and {v}.shape == {size} and {v}.stride() == {stride} and {v}.storage_offset() == {offset}"
         " and {v}.requires_grad is {requires_grad}",
-        cls=type(tensor), dtype=tensor.dtype, size=tuple(tensor.shape),
-        stride=tuple(tensor.stride()), requires_grad=bool(tensor.requires_grad), **consts)
+        cls=type(tensor), dtype=tensor.dtype, size=tuple(tensor.shape), stride=tuple(tensor.stride()),
+        offset=tensor.storage_offset(), requires_grad=bool(tensor.requires_grad), **consts)
 
 
 def add_value_guard(guards: GuardSet, source: Source, value: Any) -> None:

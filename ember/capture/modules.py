@@ -55,6 +55,13 @@ def module_get_attr(tx: Any, value: V.ModuleValue, name: str) -> V.Value:
         return V.BoundMethodValue(V.ObjectValue(static.__func__), V.ObjectValue(type(module)))
     if has_static:
         return _wrap_attr(tx, value, name, getattr(module, name))
+    if not plain_getattr(type(module)):
+        # the class's own __getattr__/__getattribute__ decides (the guard calls it too)
+        try:
+            attr = getattr(module, name)
+        except AttributeError:
+            raise tx.unsupported(f"{type(module).__name__} has no attribute {name!r}") from None
+        return _wrap_attr(tx, value, name, attr)
     for store in _STORES:
         if name in instance_dict.get(store, {}):
             return _wrap_attr(tx, value, name, instance_dict[store][name], store)

@@ -56,9 +56,10 @@ static inline float ember_round_bf16(float f) { return ember_bf16_to_float(ember
 static inline float ember_round_half(float f) { return ember_half_to_float(ember_float_to_half(f)); }
 
 // ---- Philox4x32-10 uniforms, bit-identical to ember/prims/philox.py (and Triton's tl.rand):
-// key = seed (lo, hi words), counter = (offset + i, 0, 0, 0); the first output word -> [0, 1)
+// key = seed (lo, hi words), counter = (lo, hi words of offset + i, 0, 0); the first output word -> [0, 1)
 static inline float ember_philox_uniform(int64_t seed, int64_t counter) {
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = 0, c2 = 0, c3 = 0;
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(static_cast<uint64_t>(counter) >> 32);
+  uint32_t c2 = 0, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(static_cast<uint64_t>(seed) >> 32);
   for (int round = 0; round < 10; ++round) {
     const uint64_t product_b = static_cast<uint64_t>(0xCD9E8D57u) * c2;

@@ -8,6 +8,7 @@ Triton compiles a helper only where a kernel calls it.
 """
 from __future__ import annotations
 
+import contextvars
 import math
 
 import torch
@@ -80,7 +81,15 @@ def highest(dtype: torch.dtype) -> str:
     return str(torch.iinfo(dtype).max)
 
 
+# set by codegen/triton.py while it generates a module for the interpreter (None: follow the env)
+INTERPRET: contextvars.ContextVar[bool | None] = contextvars.ContextVar("ember_triton_interpret", default=None)
+
+
 def interpreted() -> bool:
+    """Is the module being generated for Triton's interpreter?"""
+    mode = INTERPRET.get()
+    if mode is not None:
+        return mode
     import os
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -167,6 +176,8 @@ def render_op(node: Op, args: list[str]) -> str:
     name = node.op
     if name == "where":
         return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+    if name == "philox_uniform":   # (seed, counter) -> fp32 in [0, 1): ember/prims/philox.py is this
+        return f"tl.rand({args[0]}, {args[1]})"
     operand_dtype = node.args[0].dtype if node.args else node.dtype
     T = compute_type(operand_dtype)
     is_float = operand_dtype.is_floating_point

@@ -65,9 +65,13 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
                 lines.append(f"    {name}_t = torch.full((), {expr_of[name]}, dtype={plan.dtype}, device={device!r})")
                 expr_of[name] = f"{name}_t"
     allocated: set[str] = set()
+    # Python numbers returned by Externs (the per-call seed): launchers that list them in
+    # ``scalar_arguments`` take the number itself; a 0-dim tensor is made only for other readers
+    by_value: dict[str, str] = {}
+    as_tensor = _scalars_needing_tensors(sched, launchers)
     for step in sched.steps:
         if isinstance(step, ExternCall):
-            _emit_extern(out, step, expr_of, sched, device)
+            _emit_extern(out, step, expr_of, sched, device, by_value, as_tensor)
             continue
         for name in step.writes:
             plan = sched.buffers[name]
@@ -86,7 +90,8 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
             lines.append(f"    # {fn}: zero-size, skipped")
             continue
         if getattr(launcher, "takes_tensors", False):   # Triton launchers take the tensors themselves
-            ptrs = ", ".join(expr_of[a] for a in arg_names)
+            scalars = getattr(launcher, "scalar_arguments", ())
+            ptrs = ", ".join(by_value[a] if a in scalars else expr_of[a] for a in arg_names)
         else:
             ptrs = ", ".join(f"{expr_of[a]}.data_ptr()" for a in arg_names)
         lines.append(f"    {fn}({ptrs})  # {', '.join(step.fused_ops[:6])}{' ...' if len(step.fused_ops) > 6 else ''}")
@@ -118,8 +123,24 @@ def _is_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:
     return True if kinds is None else kinds[position]
 
 
+def _scalars_needing_tensors(sched: Schedule, launchers: dict[str, tuple[Callable, list[str]]]) -> set[str]:
+    """Scalar extern results that some reader needs as a 0-dim tensor (not passed by value)."""
+    scalar = {n.name for n in sched.program.nodes.values() if isinstance(n, ir.ExternOutput) and n.scalar}
+    if not scalar:
+        return set()
+    needed = {o for o in sched.program.outputs if isinstance(o, str)} & scalar
+    for step in sched.steps:
+        if isinstance(step, ExternCall):
+            needed |= step.node.reads() & scalar
+        else:
+            launcher = launchers[step.name][0]
+            by_value = getattr(launcher, "scalar_arguments", ()) if getattr(launcher, "takes_tensors", False) else ()
+            needed |= {r for r in step.reads if r in scalar and r not in by_value}
+    return needed
+
+
 def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], sched: Schedule,
-                 device: str) -> None:
+                 device: str, by_value: dict[str, str] | None = None, as_tensor: set[str] | None = None) -> None:
     node = step.node
     fn = out.bind(f"_extern_{getattr(node.fn, '__name__', 'fn')}", node.fn)
 
@@ -141,7 +162,13 @@ def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], 
         if not single:
             out.lines.append(f"    {output.name} = {result}[{output.item}]")
         if output.scalar:
-            out.lines.append(f"    {output.name} = torch.tensor({output.name}, dtype={output.dtype}, device={device!r})")
+            if by_value is not None:
+                by_value[output.name] = output.name
+            if as_tensor is None or output.name in as_tensor:
+                tensor = f"{output.name}_t" if by_value is not None else output.name
+                out.lines.append(f"    {tensor} = torch.tensor({output.name}, dtype={output.dtype}, device={device!r})")
+                expr_of[output.name] = tensor
+            continue
         if math.prod(plan.shape) > 1:
             # kernels index extern results with the strides predicted at compile time: enforce them
             fix = out.bind("_restride", _restride)

@@ -1,7 +1,8 @@
 """Reference Philox4x32-10 uniform numbers: what the `philox_rand` prim means.
 
 Element i of `philox_rand(shape, seed, offset, ...)` is the first 32-bit word of
-Philox4x32-10 with key = seed (lo, hi words) and counter = (offset + i, 0, 0, 0),
+Philox4x32-10 with key = seed (lo, hi words) and counter = (lo, hi words of the 64-bit
+offset + i, 0, 0),
 mapped to [0, 1) the way Triton's `tl.rand(seed, offset + i)` does.  So a Triton
 kernel calling `tl.rand(seed, offset + linear_index)` reproduces this exactly, and the
 C++ backend implements the same few lines.
@@ -26,12 +27,14 @@ def _mulhi_lo(a: np.uint64, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def philox_uint32(seed: int, counters: np.ndarray) -> np.ndarray:
-    """First output word of Philox4x32-10 for each 32-bit counter (the other words start 0)."""
+    """First output word of Philox4x32-10 for each 64-bit counter: its lo and hi words are the
+    first two counter words, the other two start 0 (tl.randint with an int64 offset)."""
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     k0 = np.uint64(seed & 0xFFFFFFFF)
     k1 = np.uint64(seed >> 32)
-    c0 = counters.astype(np.uint64) & _MASK32
-    c1 = np.zeros_like(c0)
+    wide = counters.astype(np.uint64)
+    c0 = wide & _MASK32
+    c1 = wide >> np.uint64(32)
     c2 = np.zeros_like(c0)
     c3 = np.zeros_like(c0)
     for _ in range(10):

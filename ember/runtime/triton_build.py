@@ -15,8 +15,14 @@
   Pointers are specialized as 16-byte aligned (what lets Triton emit 128-bit
   loads); inputs are checked at run time and a misaligned one takes a variant
   compiled without that assumption.
-* Under ``TRITON_INTERPRET=1`` (CPU tensors, CI) kernels run through Triton's
-  interpreter with ``kernel[grid](*tensors)``.
+* CPU tensors (CI), or any tensors under ``TRITON_INTERPRET=1``, run through
+  Triton's interpreter with ``kernel[grid](*args)``.  The mode is decided per
+  compile, never by when ``triton`` happened to be imported: the module is loaded
+  once per mode, its kernels wrapped in ``InterpretedFunction`` and ``libm``
+  bound to the numpy namespace, and while an interpreted kernel runs, calls of
+  Triton's own ``@jit`` helpers (``tl.sum``, ``tl.rand``, ...) that were decorated
+  without the interpreter are interpreted too (``interpreter_scope``).  Nothing
+  here sets ``TRITON_INTERPRET``, so other code in the process never sees it.
 """
 from __future__ import annotations
 
@@ -54,12 +60,15 @@ def module_path(source: str) -> str:
     return os.path.join(config.kernel_cache_dir(), "triton", key[:2], f"kernels_{key[:24]}.py")
 
 
-def load_module(source: str) -> Any:
-    """Write the source into the kernel cache (once) and import it."""
+def load_module(source: str, interpret: bool | None = None) -> Any:
+    """Write the source into the kernel cache (once) and import it (once per mode)."""
+    if interpret is None:
+        interpret = interpreted()
     path = module_path(source)
+    key = f"{path}:interpret" if interpret else path
     with _lock:
-        if path in _modules:
-            return _modules[path]
+        if key in _modules:
+            return _modules[key]
         if os.path.exists(path):
             stats["module_cache_hits"] += 1
         else:
@@ -69,20 +78,86 @@ def load_module(source: str) -> Any:
                 f.write(source)
             os.replace(tmp, path)          # concurrent processes never see half a file
             stats["modules_written"] += 1
-        name = "ember_triton_" + os.path.basename(path)[:-3]
+        name = "ember_triton_" + os.path.basename(path)[:-3] + ("_interp" if interpret else "")
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module         # Triton reads the kernels' source through inspect
         spec.loader.exec_module(module)
-        _modules[path] = module
+        if interpret:
+            _to_interpreted(module)
+        _modules[key] = module
         return module
 
 
-def build(source: str, kernels: list, buffer_kinds: dict[str, str]) -> dict[str, tuple[Callable, list[str]]]:
-    """Launchers for every kernel of a generated module (compiled in parallel on a GPU)."""
-    module = load_module(source)
-    if interpreted():
-        return {k.name: (_interpreter_launcher(getattr(module, k.name), k.grid), k.arguments) for k in kernels}
+def _to_interpreted(module: Any) -> None:
+    """Kernels and helpers of a loaded module as interpreter functions, libm as numpy."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from ember.runtime import triton_math
+    for attr, value in list(vars(module).items()):
+        if isinstance(value, JITFunction):
+            setattr(module, attr, InterpretedFunction(value.fn))
+    module.libm = triton_math.numpy_libm()
+
+
+_scope_lock = threading.RLock()
+_scope_depth = 0
+_saved_jit_call: list[Any] = []
+
+
+class interpreter_scope:
+    """While an interpreted kernel runs: Triton's library ``@jit`` functions (tl.sum, tl.rand ...)
+    decorated when TRITON_INTERPRET was unset are called through the interpreter.
+
+    Outside the interpreter a JITFunction call always raises, so the patch only turns that
+    error into the interpreted call; it is removed again when the outermost scope exits."""
+
+    def __enter__(self) -> None:
+        global _scope_depth
+        _scope_lock.acquire()
+        if _scope_depth == 0:
+            from triton.runtime.jit import JITFunction
+            _saved_jit_call[:] = [JITFunction.__dict__.get("__call__")]
+            JITFunction.__call__ = _interpret_jit_call
+        _scope_depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        global _scope_depth
+        try:
+            _scope_depth -= 1
+            if _scope_depth == 0:
+                from triton.runtime.jit import JITFunction
+                saved = _saved_jit_call.pop()
+                if saved is not None:
+                    JITFunction.__call__ = saved
+                else:
+                    del JITFunction.__call__
+        finally:
+            _scope_lock.release()
+
+
+_interpreted_jit: dict[int, tuple[Any, Any]] = {}
+
+
+def _interpret_jit_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    entry = _interpreted_jit.get(id(self))
+    if entry is None or entry[0] is not self:
+        from triton.runtime.interpreter import InterpretedFunction
+        entry = _interpreted_jit[id(self)] = (self, InterpretedFunction(self.fn))
+    return entry[1](*args, **kwargs)
+
+
+def build(source: str, kernels: list, buffer_kinds: dict[str, str],
+          interpret: bool | None = None) -> dict[str, tuple[Callable, list[str]]]:
+    """Launchers for every kernel of a generated module (compiled in parallel on a GPU).
+
+    ``interpret``: run in Triton's interpreter (default: whether TRITON_INTERPRET is set)."""
+    if interpret is None:
+        interpret = interpreted()
+    module = load_module(source, interpret)
+    if interpret:
+        return {k.name: (_interpreter_launcher(getattr(module, k.name), k), k.arguments) for k in kernels}
     start = time.perf_counter()
     workers = max(1, min(len(kernels), os.cpu_count() or 1, 16))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -98,10 +173,15 @@ def build(source: str, kernels: list, buffer_kinds: dict[str, str]) -> dict[str,
     return launchers
 
 
-def _interpreter_launcher(fn: Any, grid: tuple[int, int, int]) -> Callable:
-    def launch(*tensors: Any) -> None:
-        fn[grid](*tensors)
+def _interpreter_launcher(fn: Any, kernel: Any) -> Callable:
+    runner = fn[kernel.grid]
+
+    def launch(*args: Any) -> None:
+        with interpreter_scope():
+            runner(*args)
     launch.takes_tensors = True
+    launch.scalar_arguments = frozenset(getattr(kernel, "scalars", ()))
+    launch.kernel = kernel
     return launch
 
 

@@ -1,12 +1,15 @@
 """``libm``: the special functions generated Triton kernels call as ``libm.<name>(x)``.
 
 On a GPU this is Triton's libdevice module (CUDA's libdevice: accurate and fast).
-Under ``TRITON_INTERPRET=1`` Triton cannot call libdevice (extern calls are not
-interpreted), so ``libm`` is a namespace of the same names computed with numpy on
-the interpreter's arrays.  The kernel source is the same in both modes.
+Triton's interpreter cannot call libdevice (extern calls are not interpreted), so
+a module loaded for the interpreter gets ``numpy_libm()`` instead: the same names
+computed with numpy on the interpreter's arrays (runtime/triton_build.py rebinds
+its ``libm``).  The kernel source is the same in both modes.  Which one a module
+uses is decided per compile, never by TRITON_INTERPRET at import time.
 """
 from __future__ import annotations
 
+import functools
 import os
 import types
 
@@ -17,7 +20,8 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _numpy_libm() -> types.SimpleNamespace:
+@functools.cache
+def numpy_libm() -> types.SimpleNamespace:
 
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
@@ -71,7 +75,9 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return torch.special.erf(torch.from_numpy(np.ascontiguousarray(x))).numpy()
 
 
-if _interpreted():
-    libm = _numpy_libm()
-else:
+_numpy_libm = numpy_libm     # the former name
+
+try:
     from triton.language.extra import libdevice as libm  # noqa: F401
+except ImportError:          # a Triton without libdevice: only the interpreter can run kernels
+    libm = None

@@ -41,22 +41,13 @@ def known_failure(name: str, dtype: torch.dtype) -> str | None:
     return KNOWN_FAILURES.get((name, dtype)) or KNOWN_FAILURES.get((name, None))
 
 
-def check(run: opinfo_batch.BatchedRun, info, dtype, known: str | None) -> None:
-    failures = run.failures(info, dtype)
-    if failures and known:
-        pytest.xfail(known)
-    if known:
-        pytest.fail(f"passes now: remove {opinfo_batch.op_id(info)} from KNOWN_FAILURES ({known})")
-    assert not failures, "\n".join(f"{key}: {why}" for key, why in failures.items())
-
-
 @pytest.mark.parametrize("case", _CASES, ids=[f"{opinfo_batch.op_id(i)}-{str(d)[6:]}" for i, d in _CASES])
 def test_opinfo_cpp(case) -> None:
     info, dtype = case
     name = opinfo_batch.op_id(info)
     if name in UNCHECKABLE:
         pytest.xfail(UNCHECKABLE[name])
-    check(RUN, info, dtype, known_failure(name, dtype))
+    opinfo_batch.check_op(RUN, info, dtype, known_failure(name, dtype))
 
 
 def test_opinfo_cpp_summary() -> None:

@@ -1,5 +1,7 @@
 """Every OpInfo op with a decomposition: its samples through to_primitives + prim reference
-implementations vs eager, float32 and bfloat16, tolerances of torch.testing for the dtype."""
+implementations vs eager, float32 and bfloat16, tolerances of torch.testing for the dtype; a
+float mismatch passes when the prims are no worse than eager against a float64 reference
+(tests/opinfo_batch.py: bf16 decompositions compute in fp32, more accurately than eager)."""
 from __future__ import annotations
 
 import os
@@ -11,6 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import opinfo_batch
 import opinfo_util
 from harness import assert_close, check_metas, clone_inputs, run_with_contract
 
@@ -20,18 +23,9 @@ SAMPLES_PER_OP = 6
 DTYPES = (torch.float32, torch.bfloat16)
 
 # (op name, dtype or None for all) -> why it fails today
-_BF16 = torch.bfloat16
 KNOWN_FAILURES: dict[tuple[str, torch.dtype | None], str] = {
-    ("addbmm", None): "bmm then sum over the batch accumulates in another order than eager's fused addbmm",
-    ("baddbmm", _BF16): "bias added after the bf16 product is rounded (kept as a fusable prim add)",
-    ("nn.functional.linear", _BF16): "bias added after the bf16 product is rounded (fusable prim add)",
-    ("narrow", None): "samples pass `start` as a tensor: data-dependent, the Extern's meta cannot run",
     ("empty", None): "uninitialized memory: nothing to compare",
     ("empty_like", None): "uninitialized memory: nothing to compare",
-    ("log_softmax", _BF16): "one bf16 ulp near 0 (relative error inf): eager's fp32 kernel rounds differently",
-    ("nn.functional.batch_norm", _BF16): "differs by a few bf16 ulps from eager's CPU bf16 kernel (not yet "
-                                         "investigated: statistics rounding?)",
-    ("logit", _BF16): "one bf16 ulp: eager computes log(x / (1 - x)) with another formula in fp32",
 }
 
 _CASES = [(info, fn, dtype) for info, fn in opinfo_util.decomposed_opinfos()
@@ -50,11 +44,18 @@ def run_case(info, fn, dtype) -> None:
         graph, inputs = opinfo_util.single_op_graph(fn, sample)
         try:
             expected = list(graph.run(*clone_inputs(inputs)))
-        except Exception:  # noqa: BLE001 - samples that eager rejects are not ours to check
+        except Exception:  # noqa: BLE001, S112 - samples that eager rejects are not ours to check
             continue
         prim_graph = to_primitives(graph)
         actual = run_with_contract(prim_graph, clone_inputs(inputs))
-        assert_close(actual, expected, check_stride=False)
+        assert len(actual) == len(expected)
+        for index, (a, e) in enumerate(zip(actual, expected)):
+            try:
+                assert_close(a, e, check_stride=False)
+            except AssertionError:
+                # bf16 decompositions compute in fp32: fine when no worse than eager vs float64
+                if not opinfo_batch.no_worse_than_eager(fn, sample, inputs, index, a, e):
+                    raise
         check_metas(prim_graph, clone_inputs(inputs))
 
 
