@@ -48,7 +48,7 @@ def main() -> None:
     for name in args.paths.split(","):
         test_file, options, compile_fn, path_device = paths[name]
         known, uncheckable = _known_failures(test_file)
-        known_failure = lambda op, dtype, known=known: known.get((op, dtype)) or known.get((op, None))  # noqa: E731
+        known_failure = lambda op, dtype, known=known: known.get((op, dtype)) or known.get((op, None))
         run = opinfo_batch.BatchedRun(opinfos, args.samples, args.ops_per_batch, options,
                                       skip=lambda op, dtype, u=uncheckable: op in u, device=path_device,
                                       compile_fn=compile_fn)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -343,8 +344,48 @@ def delinearize(flat: Index, sizes: Iterable[int]) -> tuple[Index, ...]:
 # ============================================================ body expressions
 
 
-class Expr:
-    """Base of body expressions; subclasses are frozen dataclasses with a ``dtype``."""
+class _Interned(type):
+    """Metaclass of Expr: hash-consing.  Constructing an Expr returns the live node that is
+    structurally equal to it if there is one, so structural equality *is* identity.
+
+    Without this, ``==`` on a DAG with shared sub-expressions recursed through it as a tree
+    (exponential): every CSE dict lookup in the printers paid for it.  The table is weak:
+    nodes die with the last program that uses them."""
+
+    _table: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        names = cls.__dict__.get("_field_names")
+        if names is None:
+            names = tuple(f.name for f in dataclasses.fields(cls))
+            type.__setattr__(cls, "_field_names", names)
+        if kwargs or len(args) != len(names):
+            if len(args) + len(kwargs) != len(names) or any(n not in kwargs for n in names[len(args):]):
+                return super().__call__(*args, **kwargs)   # let the dataclass report the error
+            args = (*args, *(kwargs[n] for n in names[len(args):]))
+        if cls is Const:
+            # 1 == 1.0 == True and 0.0 == -0.0 in Python, nan != nan: intern by type and text
+            value = args[0]
+            key = (cls, type(value), repr(value) if isinstance(value, float) else value, *args[1:])
+        else:
+            key = (cls, *args)
+        table = _Interned._table
+        try:
+            node = table.get(key)
+        except TypeError:                 # an unhashable field (a list of args): no interning
+            node = super().__call__(*args)
+            object.__setattr__(node, "_interned", False)
+            return node
+        if node is None:
+            node = super().__call__(*args)
+            table[key] = node
+        return node
+
+
+class Expr(metaclass=_Interned):
+    """Base of body expressions; subclasses are frozen dataclasses with a ``dtype``.
+
+    Exprs are hash-consed (see ``_Interned``): equal structure means the same object."""
 
     __slots__ = ()
     dtype: torch.dtype
@@ -369,10 +410,25 @@ def _cached_hash(cls):
             return True
         if type(other) is not cls or hash(self) != hash(other):
             return False
+        if self.__dict__.get("_interned", True) and other.__dict__.get("_interned", True):
+            return False                  # both hash-consed: equal structure would be the same object
         return all(getattr(self, n) == getattr(other, n) for n in field_names)
+
+    def __reduce__(self):
+        # copies and pickles go through the constructor, so they stay hash-consed
+        return (cls, tuple(getattr(self, n) for n in field_names))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
     cls.__hash__ = __hash__
     cls.__eq__ = __eq__
+    cls.__reduce__ = __reduce__
+    cls.__copy__ = __copy__
+    cls.__deepcopy__ = __deepcopy__
     return cls
 
 

@@ -50,6 +50,9 @@ class _Lowering:
         self.example_inputs = example_inputs
         self.nodes: dict[str, ir.LoopNode] = {}
         self.env: dict[Node, Any] = {}
+        # buffer layouts of computed nodes that are not contiguous (eager's strides, from the prim
+        # graph's metas): the scheduler allocates them so if they are materialized
+        self.layouts: dict[str, tuple[int, ...]] = {}
 
     # -------------------------------------------------------------- driver
     def run(self) -> ir.LoopProgram:
@@ -58,6 +61,7 @@ class _Lowering:
         for node in self.graph.call_nodes():
             try:
                 self.env[node] = self.lower_call(node)
+                self.record_layout(node, self.env[node])
             except CompileError:
                 raise
             except Exception as exc:  # never guess: name the op and the user's line
@@ -69,7 +73,32 @@ class _Lowering:
             outputs.append(self.lower_output(value, node))
             meta = node.meta if isinstance(node, Node) else None
             strides.append(tuple(meta.stride) if isinstance(meta, TensorMeta) else None)
-        return ir.LoopProgram(self.nodes, outputs, strides, len(self.graph.placeholders))
+        program = ir.LoopProgram(self.nodes, outputs, strides, len(self.graph.placeholders))
+        program.extra["layouts"] = self.layouts
+        return program
+
+    def record_layout(self, node: Node, value: Any) -> None:
+        """Remember the strides the prim graph gives a computed node (eager's layout) when they
+        are dense but not contiguous; loop nodes of other prims keep their own."""
+        if isinstance(value, TensorValue):
+            pairs = [(value, node.meta, node.name)]
+        elif isinstance(value, (tuple, list)) and isinstance(node.meta, (tuple, list)) and \
+                len(value) == len(node.meta):
+            pairs = [(v, m, f"{node.name}_") for v, m in zip(value, node.meta)]
+        else:
+            return
+        for item, meta, prefix in pairs:
+            if not isinstance(item, TensorValue) or item.node_name is None or not isinstance(meta, TensorMeta):
+                continue
+            name = item.node_name
+            loop = self.nodes.get(name)
+            if not isinstance(loop, (ir.Pointwise, ir.Reduction)) or name in self.layouts or \
+                    not (name == prefix or name.startswith(prefix)) or tuple(meta.shape) != loop.shape or \
+                    not all(isinstance(st, int) for st in meta.stride):
+                continue
+            stride = tuple(int(st) for st in meta.stride)
+            if stride != ir.contiguous_strides(loop.shape) and _dense_strides(loop.shape, stride):
+                self.layouts[name] = stride
 
     def _output_nodes(self) -> list[Any]:
         return list(self.graph.outputs)
@@ -148,7 +177,7 @@ class _Lowering:
             if not isinstance(value, ir.BufferRef):
                 return value
             base = self.nodes[value.name]
-            strides = _assumed_strides(base)
+            strides = _assumed_strides(base, self.layouts)
             tensor = torch.zeros(_storage_size(base.shape, strides), dtype=base.dtype)
             if isinstance(value, ir.BufferView):
                 stride, offset = ir.strided_layout(value.index, value.vars, base.shape, strides)
@@ -170,7 +199,7 @@ class _Lowering:
         body = value.load(tuple(ir.index(v) for v in vars_))
         base = self.nodes.get(body.buffer) if isinstance(body, Load) else None
         if base is not None and body.dtype == base.dtype and \
-                ir.strided_layout(body.index, vars_, base.shape, _assumed_strides(base)) is not None:
+                ir.strided_layout(body.index, vars_, base.shape, _assumed_strides(base, self.layouts)) is not None:
             return ir.BufferView(base.name, value.shape, body.index, vars_)
         return ir.BufferRef(self.materialize(value, node).node_name)
 
@@ -222,12 +251,24 @@ def _storage_size(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
     return 1 + sum((size - 1) * st for size, st in zip(shape, stride))
 
 
-def _assumed_strides(node: ir.LoopNode) -> tuple[int, ...]:
+def _assumed_strides(node: ir.LoopNode, layouts: dict[str, tuple[int, ...]] | None = None) -> tuple[int, ...]:
     """The layout a node's buffer will have: inputs and extern results keep theirs, the scheduler
-    gives every computed node that an Extern views a contiguous buffer."""
+    gives every computed node its recorded layout (eager's strides) or else a contiguous buffer."""
     if isinstance(node, (ir.InputBuffer, ir.ExternOutput)):
         return node.stride
+    if layouts and node.name in layouts:
+        return layouts[node.name]
     return ir.contiguous_strides(node.shape)
+
+
+def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Non-overlapping and dense (a permutation of a contiguous layout)."""
+    expected = 1
+    for st, size in sorted((st, size) for st, size in zip(stride, shape) if size != 1):
+        if st != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _describe(node: Node) -> str:
@@ -350,7 +391,19 @@ def _as_strided(self: _Lowering, node: Node, x: TensorValue, size: Any, stride: 
         storage = self._storage_alias(base)
         delta = offset - base.storage_offset
         return _view(storage, size, lambda idx: (sum((i * s for i, s in zip(idx, stride)), ir.const_index(delta)),))
-    # a computed value's storage is its contiguous layout
+    # a computed value's storage is its buffer layout (eager's strides when recorded, else contiguous)
+    layout = self.layouts.get(x.node_name) if x.node_name else None
+    if layout is not None:
+        order = sorted(range(len(x.shape)), key=lambda d: (-layout[d], -x.shape[d]))  # slowest first
+
+        def storage_index(idx: tuple[Index, ...]) -> tuple[Index, ...]:
+            parts = ir.delinearize(sum((i * s for i, s in zip(idx, stride)), ir.const_index(offset)),
+                                   [x.shape[d] for d in order])
+            out = [ir.const_index(0)] * len(x.shape)
+            for d, part in zip(order, parts):
+                out[d] = part
+            return tuple(out)
+        return _view(x, size, storage_index)
     return _view(x, size, lambda idx: ir.delinearize(
         sum((i * s for i, s in zip(idx, stride)), ir.const_index(offset)), x.shape))
 

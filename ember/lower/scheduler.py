@@ -428,20 +428,23 @@ class _Scheduler:
             for r in reads:
                 last_use[r] = i
         free: dict[tuple[int, torch.dtype], list[str]] = {}
+        # eager's strides for computed nodes (lowering records the dense non-contiguous ones)
+        layouts = self.program.extra.get("layouts", {})
         for i, step in enumerate(steps):
             if isinstance(step, FusedKernel):
                 for name in step.writes:
                     node = self.nodes[name]
+                    layout = layouts.get(name) or _contiguous(node.shape)
                     if name in outputs:
                         stride = self.program.output_strides[outputs[name]]
                         if stride is None or not _dense_strides(node.shape, stride) or name in self.view_bases:
-                            # an Extern views it with strides that lowering derived for a contiguous layout
-                            stride = _contiguous(node.shape)
+                            # an Extern views it with strides that lowering derived for this layout
+                            stride = layout
                         plans[name] = BufferPlan(name, node.shape, tuple(stride), node.dtype, "output", allocation=name)
                         continue
                     key = (node.numel(), node.dtype)
                     allocation = free[key].pop() if free.get(key) else name
-                    plans[name] = BufferPlan(name, node.shape, _contiguous(node.shape), node.dtype, "intermediate",
+                    plans[name] = BufferPlan(name, node.shape, tuple(layout), node.dtype, "intermediate",
                                              allocation=allocation)
             # buffers whose last reader was this step can be reused by later steps
             for name, last in last_use.items():

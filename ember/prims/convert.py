@@ -7,6 +7,7 @@ Functionalization (functionalize.py) tracks views and in-place updates on the wa
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -15,6 +16,7 @@ from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, target_name, tree_map
 from ember.prims import functionalize as F
 from ember.prims import ops
+from ember.prims.primitives import Prim
 from ember.prims.registry import lookup
 from ember.prims.values import Emitter, Value, building, emit, is_tensor
 
@@ -79,12 +81,34 @@ class _Converter:
             return self._extern(node, args, kwargs)
         self.emitter.log = []
         result = decomposition.fn(*args, **kwargs)
+        if not decomposition.view:
+            self._take_eager_layout(node, result)
         if decomposition.mutates_self(args, kwargs) and is_tensor(args[0]):
             F.write(args[0].alias, result)
             return args[0].alias
         if decomposition.view and is_tensor(args[0]):
             return self._wrap_views(args[0], result)
         return self._wrap(result)
+
+    def _take_eager_layout(self, node: Node, result: Any) -> None:
+        """A decomposed op's fresh result gets the strides eager gives it (node.meta, from the
+        capture's meta-tensor run) when those are dense: lower/ allocates its buffer that way, so
+        Externs (convolution) and graph outputs see eager's memory format (e.g. the NHWC tensor
+        that eager's layer_norm-on-a-permuted-view produces)."""
+        meta = node.meta
+        if not (isinstance(result, Value) and result.is_tensor and isinstance(meta, TensorMeta)):
+            return
+        target = result.node.target
+        if result.node not in self.emitter.log or not isinstance(target, Prim) or \
+                target.kind not in ("elementwise", "reduction"):
+            return
+        current = result.meta
+        if tuple(meta.stride) == tuple(current.stride) or tuple(meta.shape) != tuple(current.shape) or \
+                meta.dtype != current.dtype or not _dense(meta):
+            return
+        new_meta = dataclasses.replace(current, stride=tuple(meta.stride))
+        result.meta = new_meta
+        result.node.meta = new_meta
 
     def _wrap(self, result: Any) -> Any:
         """Results of a non-view op: each tensor is a new buffer (root)."""
@@ -161,6 +185,19 @@ class _Converter:
         self.new.extra["num_user_outputs"] = len(node.args[0])
         self.new.extra["mutated_inputs"] = mutated
         self.new.extra["output_aliases"] = aliases
+
+
+def _dense(meta: TensorMeta) -> bool:
+    """Non-overlapping and dense (a permutation of a contiguous layout), with int sizes."""
+    sizes, strides = tuple(meta.shape), tuple(meta.stride)
+    if not all(isinstance(v, int) for v in sizes + strides):
+        return False
+    expected = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(strides, sizes) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _functional_variant(target: Any) -> Any:

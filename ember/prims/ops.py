@@ -183,7 +183,7 @@ def infer_size(shape: Sequence[Any], numel: Size) -> tuple[Size, ...]:
         for s in shape:
             if not (isinstance(s, int) and s == -1):
                 known = known * s
-        shape[[i for i, s in enumerate(shape) if isinstance(s, int) and s == -1][0]] = numel // known
+        shape[next(i for i, s in enumerate(shape) if isinstance(s, int) and s == -1)] = numel // known
     return tuple(shape)
 
 

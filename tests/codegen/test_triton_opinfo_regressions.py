@@ -1,0 +1,45 @@
+"""Triton-path bugs the OpInfo differential tests found, as small graphs (Triton's interpreter on
+the CPU: TRITON_INTERPRET=1 is set before triton is first imported)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("EMBER_TRITON_TEST_DEVICE", "cpu") != "cpu":
+    pytest.skip("CPU tensors through the interpreter only", allow_module_level=True)
+os.environ["TRITON_INTERPRET"] = "1"       # must precede the first `import triton`
+triton = pytest.importorskip("triton")
+import torch
+from test_opinfo_regressions import check
+
+OPTIONS = {"cpu_backend": "triton"}
+
+
+@pytest.mark.parametrize("op", [torch.logical_and, torch.logical_or, torch.logical_xor])
+def test_logical_op_with_a_0d_operand(op):
+    # the interpreter typed `(scalar != 0)` as float, and `&` with a bool block raised
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0, -1.0])
+    for y in (torch.tensor(0.0), torch.tensor(3.0)):
+        check(op, x, y, options=OPTIONS)
+        check(op, y, x, options=OPTIONS)
+
+
+def test_reduction_over_a_size_one_dim():
+    # the tile was a scalar load (the size-1 r var drops out of the address): tl.sum(scalar, 1) failed
+    x, w, b = torch.randn(1), torch.randn(1), torch.randn(1)
+    check(torch.nn.functional.layer_norm, x, (1,), w, b, options=OPTIONS)
+
+
+def test_remainder_of_a_scalar_by_a_block():
+    # libm.fmod(scalar, block) came back typed as a scalar
+    check(torch.remainder, torch.tensor(5.0), torch.tensor([1.5, -2.0, 3.0, -0.7]), options=OPTIONS)
+
+
+def test_lgamma_at_its_poles():
+    check(torch.lgamma, torch.tensor([0.0, -1.0, -2.0, 0.5, 3.0]), options=OPTIONS)
+
+
+def test_float64_to_bfloat16_cast():
+    # the bf16 rounding helper bitcast float64 bits as if they were fp32
+    check(torch.arange, -1, 2, 0.7, dtype=torch.bfloat16, options=OPTIONS)
