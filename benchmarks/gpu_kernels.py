@@ -274,6 +274,47 @@ def bench_host_overhead(results: list, with_inductor: bool) -> None:
         print(json.dumps(row), flush=True)
 
 
+def host_chain_graph(steps: int):
+    """x -> (column sums -> normalize) * steps: 2 kernels per step, the sums are intermediates."""
+    x = torch.rand(64, 64, device="cuda") + 0.5
+    b = PrimGraphBuilder()
+    v = b.input("x", x)
+    for _ in range(steps):
+        v = b.div(v, b.broadcast(b.sum(v, (0,)), (64, 64), (1,)))
+    return b.build([v]), [x]
+
+
+def bench_host_intermediates(results: list) -> None:
+    """Host time of graphs with intermediates: fresh allocations per call vs kept across calls."""
+    from ember.codegen import wrapper
+    saved = set(wrapper.PERSISTENT_DEVICES)
+    try:
+        for steps in (1, 4, 8):
+            row = {"host_chain_steps": steps}
+            for label, devices in (("fresh", set()), ("kept", {"cuda"})):
+                wrapper.PERSISTENT_DEVICES.clear()
+                wrapper.PERSISTENT_DEVICES.update(devices)
+                graph, inputs = host_chain_graph(steps)
+                compiled = compile_graph(graph, inputs)
+                row["kernels"] = compiled.stats["kernel_count"]
+                for _ in range(20):
+                    compiled(*inputs)
+                torch.cuda.synchronize()
+                samples = []
+                for _ in range(5):
+                    start = time.perf_counter()
+                    for _ in range(100):
+                        compiled(*inputs)
+                    samples.append((time.perf_counter() - start) / 100)
+                    torch.cuda.synchronize()
+                row[f"ember_{label}_host_us"] = min(samples) * 1e6
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        wrapper.PERSISTENT_DEVICES.clear()
+        wrapper.PERSISTENT_DEVICES.update(saved)
+
+
 def compile_probe() -> dict:
     """Compile a graph of several kernels (fresh process): seconds, kernels, Triton compile seconds."""
     x = torch.randn(512, COLS, device="cuda")
@@ -330,6 +371,7 @@ def main() -> None:
             bench_kernels(bandwidth, not args.no_inductor, results)
         if "host" in sections:
             bench_host_overhead(results, not args.no_inductor)
+            bench_host_intermediates(results)
         if "variants" in sections:
             bench_variants(bandwidth, results)
     finally:

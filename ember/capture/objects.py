@@ -422,11 +422,16 @@ def dict_get_from_outside(tx: Any, value: V.UserObjectValue, key: Any, default: 
 
 
 # ---------------------------------------------------------------- epilogue
+_DICT_BASE_OF: dict[type, type] = {}  # per class: its mapping base (the MRO is fixed per class)
+
+
 def rebuild_instance(cls: type, items: list | None, attrs: dict) -> Any:
     """Build ``cls`` with exactly these mapping items and ``__dict__``, without calling ``__init__``."""
     obj = cls.__new__(cls)
     if items is not None:
-        base = next(b for b in cls.__mro__ if b in _DICT_BASES)
+        base = _DICT_BASE_OF.get(cls)
+        if base is None:
+            base = _DICT_BASE_OF[cls] = next(b for b in cls.__mro__ if b in _DICT_BASES)
         for key, value in items:
             base.__setitem__(obj, key, value)
     for name, value in attrs.items():

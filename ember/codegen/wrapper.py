@@ -10,11 +10,17 @@ Everything static (shapes, strides, dtypes, function pointers) is decided at
 generation time; a call does only the allocations, launches and write-backs.
 Kernel launchers are device-specific and passed in as ``launchers``: name ->
 (callable taking data pointers, ordered buffer names).
+
+On CUDA, small intermediate buffers (never returned, never seen by an Extern) are
+allocated once per (device, stream, thread) and reused by later calls
+(``PersistentBuffers``): kernels on one stream run in order, so a later call's
+writes cannot overtake an earlier call's reads.  Returned outputs are always fresh.
 """
 from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +71,14 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
                 lines.append(f"    {name}_t = torch.full((), {expr_of[name]}, dtype={plan.dtype}, device={device!r})")
                 expr_of[name] = f"{name}_t"
     allocated: set[str] = set()
+    dev = out.bind(f"_{device}", torch.device(device))   # a device object: no string parsing per call
+    persistent = _persistent_allocations(sched, device)
+    if persistent:
+        pool = out.bind("_persistent", PersistentBuffers(
+            [(sched.buffers[n].shape, sched.buffers[n].stride, sched.buffers[n].dtype) for n in persistent], device))
+        names = ", ".join(f"{n}_storage" for n in persistent)
+        lines.append(f"    {names}{',' if len(persistent) == 1 else ''} = {pool}.get()"
+                     f"  # intermediates kept across calls")
     # Python numbers returned by Externs (the per-call seed): launchers that list them in
     # ``scalar_arguments`` take the number itself; a 0-dim tensor is made only for other readers
     by_value: dict[str, str] = {}
@@ -75,13 +89,19 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
             continue
         for name in step.writes:
             plan = sched.buffers[name]
-            if plan.allocation != name and plan.allocation in allocated:
+            owner = sched.buffers.get(plan.allocation)
+            if plan.allocation != name and plan.allocation in allocated and owner is not None and \
+                    (owner.shape, owner.stride) == (plan.shape, plan.stride):
+                lines.append(f"    {name} = {plan.allocation}  # reuses the dead buffer {plan.allocation}")
+            elif plan.allocation != name and plan.allocation in allocated:
                 # same numel and dtype; externs see the tensor, so give it this buffer's shape
                 lines.append(f"    {name} = {plan.allocation}.as_strided({plan.shape!r}, {plan.stride!r})"
                              f"  # reuses the dead buffer {plan.allocation}")
+            elif name in persistent:
+                lines.append(f"    {name} = {name}_storage")
             else:
                 lines.append(f"    {name} = torch.empty_strided({plan.shape!r}, {plan.stride!r}, "
-                             f"dtype={plan.dtype}, device={device!r})")
+                             f"dtype={plan.dtype}, device={dev})")
             allocated.add(name)
             expr_of[name] = name
         launcher, arg_names = launchers[step.name]
@@ -121,6 +141,83 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
 def _is_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:
     kinds = graph_extra.get("_input_is_tensor")
     return True if kinds is None else kinds[position]
+
+
+# devices whose wrappers keep intermediates across calls, and the size limits for doing so
+PERSISTENT_DEVICES = {"cuda"}
+PERSISTENT_MAX_BYTES = 16 << 20          # per buffer: bigger ones cost far more GPU time than an allocation
+PERSISTENT_TOTAL_BYTES = 64 << 20        # per compiled graph (memory held between calls)
+
+
+def _persistent_allocations(sched: Schedule, device: str) -> list[str]:
+    """Intermediate storages safe to keep across calls, in allocation order.
+
+    Excluded: anything returned (outputs, bases of output views), anything an Extern reads
+    (it could keep or return an alias), and any storage shared with those."""
+    if device not in PERSISTENT_DEVICES:
+        return []
+    exposed: set[str] = set()
+    for value in sched.program.outputs:
+        if isinstance(value, str):
+            exposed.add(value)
+        elif isinstance(value, ir.OutputView):
+            exposed.add(value.base)
+    for step in sched.steps:
+        if isinstance(step, ExternCall):
+            exposed |= step.node.reads()
+    exposed_storage = {sched.buffers[n].allocation for n in exposed if n in sched.buffers}
+    chosen, total = [], 0
+    for step in sched.kernels:
+        for name in step.writes:
+            plan = sched.buffers[name]
+            if plan.kind != "intermediate" or plan.allocation != name or name in exposed_storage:
+                continue
+            size = math.prod(plan.shape) * plan.dtype.itemsize
+            if size > PERSISTENT_MAX_BYTES or total + size > PERSISTENT_TOTAL_BYTES or name in chosen:
+                continue
+            chosen.append(name)
+            total += size
+    return chosen
+
+
+class PersistentBuffers:
+    """Intermediate buffers of one compiled graph, one set per (device, stream, thread).
+
+    Calls on one stream are ordered on the GPU, and a thread's calls never interleave, so a set
+    is never written by one call while an earlier call still reads it.  At most ``MAX_SETS``
+    sets are kept; beyond that (and while a CUDA graph is being captured) a call gets fresh ones."""
+
+    MAX_SETS = 8
+
+    def __init__(self, specs: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]], device: str) -> None:
+        self.specs = specs
+        self.device = device
+        self.sets: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self.key = self._cuda_key if device == "cuda" else self._thread_key
+
+    @staticmethod
+    def _thread_key() -> tuple:
+        return (threading.get_ident(),)
+
+    @staticmethod
+    def _cuda_key() -> tuple:
+        get_device = getattr(torch._C, "_cuda_getDevice", None)
+        index = get_device() if get_device is not None else torch.cuda.current_device()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        stream = raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+        return (index, stream, threading.get_ident())
+
+    def get(self) -> tuple[torch.Tensor, ...]:
+        key = self.key()
+        found = self.sets.get(key)
+        if found is not None:
+            return found
+        device = torch.device(self.device, key[0]) if self.device == "cuda" else torch.device(self.device)
+        made = tuple(torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in self.specs)
+        capturing = self.device == "cuda" and torch.cuda.is_current_stream_capturing()
+        if len(self.sets) < self.MAX_SETS and not capturing:
+            self.sets[key] = made
+        return made
 
 
 def _scalars_needing_tensors(sched: Schedule, launchers: dict[str, tuple[Callable, list[str]]]) -> set[str]:

@@ -353,3 +353,32 @@ def test_functional_on_fetched_parameters_matches(compile_fn):
         model.a.weight.mul_(2)            # data change, same metadata: no recompile, new values
     check(captured, model, x)
     assert n_compiles(captured) == 1
+
+
+def test_hasattr_true_guard_is_the_attribute_read(compile_fn):
+    """hasattr(obj, name) that was True is guarded by reading obj.name: deleting it, or a
+    property that starts raising AttributeError, must still recompile."""
+    class Config:
+        def __init__(self):
+            self.scale = 2.0
+
+        @property
+        def shift(self):
+            if getattr(self, "broken", False):
+                raise AttributeError("shift")
+            return 1.0
+
+    config = Config()
+
+    def f(x):
+        y = x * config.scale if hasattr(config, "scale") else x
+        return y + 5 if hasattr(config, "shift") else y
+
+    captured = compile_fn(f)
+    x = torch.randn(3)
+    assert_same(captured(x), f(x))
+    del config.scale
+    assert_same(captured(x), f(x))
+    config.broken = True
+    assert_same(captured(x), f(x))
+    assert n_compiles(captured) == 3
