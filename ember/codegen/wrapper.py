@@ -83,7 +83,11 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     # ``scalar_arguments`` take the number itself; a 0-dim tensor is made only for other readers
     by_value: dict[str, str] = {}
     as_tensor = _scalars_needing_tensors(sched, launchers)
-    for step in sched.steps:
+    releases = buffer_releases(sched, launchers)
+    for position, step in enumerate(sched.steps):
+        if position > 0 and releases.get(position - 1):
+            # buffers no later step reads: drop them so their memory can be reused
+            lines.append(f"    del {', '.join(releases[position - 1])}")
         if isinstance(step, ExternCall):
             _emit_extern(out, step, expr_of, sched, device, by_value, as_tensor)
             continue
@@ -115,6 +119,8 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
         else:
             ptrs = ", ".join(f"{expr_of[a]}.data_ptr()" for a in arg_names)
         lines.append(f"    {fn}({ptrs})  # {', '.join(step.fused_ops[:6])}{' ...' if len(step.fused_ops) > 6 else ''}")
+    if sched.steps and releases.get(len(sched.steps) - 1):
+        lines.append(f"    del {', '.join(releases[len(sched.steps) - 1])}")
     results = []
     for value in program.outputs:
         if isinstance(value, str):
@@ -136,6 +142,50 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     returned = results[:num_user]
     lines.append(f"    return ({''.join(r + ', ' for r in returned)})")
     return "\n".join(lines) + "\n", out.globals
+
+
+def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[str]]] | None = None
+                    ) -> dict[int, list[str]]:
+    """Step index -> the buffer variables the host program ``del``s after that step.
+
+    An intermediate or Extern result dies right after the last step that reads it (an unread
+    one right after the step that makes it).  A storage that the BufferPlan hands on to a later
+    buffer stays referenced by its first owner until that buffer is made.  Never released:
+    inputs, scalars and anything returned (outputs, bases of output views)."""
+    program = sched.program
+    keep: set[str] = set()
+    for value in program.outputs:
+        if isinstance(value, str):
+            keep.add(value)
+        elif isinstance(value, ir.OutputView):
+            keep.add(value.base)
+    last: dict[str, int] = {}
+    made: dict[str, int] = {}
+    for position, step in enumerate(sched.steps):
+        if isinstance(step, ExternCall):
+            used = set(step.node.reads())
+            written = [o.name for o in step.outputs]
+        else:
+            used = set(step.reads)
+            if launchers is not None and step.name in launchers:
+                used |= set(launchers[step.name][1])
+            written = list(step.writes)
+        for name in written:
+            made.setdefault(name, position)
+        for name in (*used, *written):
+            last[name] = position
+    for name, plan in sched.buffers.items():
+        if plan.allocation != name and plan.allocation in last and name in made:
+            # the owner's variable is what later reusers are made from
+            last[plan.allocation] = max(last[plan.allocation], made[name])
+    scalar = {n.name for n in program.nodes.values() if isinstance(n, ir.ExternOutput) and n.scalar}
+    releases: dict[int, list[str]] = {}
+    for name, position in last.items():
+        plan = sched.buffers.get(name)
+        if plan is None or plan.kind not in ("intermediate", "extern") or name in keep or name in scalar:
+            continue
+        releases.setdefault(position, []).append(name)
+    return releases
 
 
 def _is_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:
@@ -272,6 +322,8 @@ def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], 
             out.lines.append(f"    if {output.name}.stride() != {plan.stride!r}: "
                              f"{output.name} = {fix}({output.name}, {plan.stride!r})")
         expr_of[output.name] = output.name
+    if not single:
+        out.lines.append(f"    del {result}  # the tuple would keep every result alive")
 
 
 def _strided_view(base: str, view: ir.BufferView, plan: BufferPlan) -> str:
