@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import torch
 

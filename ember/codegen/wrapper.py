@@ -4,7 +4,12 @@
         buf_linear_out = _extern_linear(x, w, b)           # extern linear
         add_1 = torch.empty_strided((64, 128), (128, 1), dtype=torch.float32)
         kernel0(buf_linear_out.data_ptr(), add_1.data_ptr())
+        del buf_linear_out
         return (add_1,)
+
+Every intermediate and Extern result is ``del``ed right after the last step that reads
+it (``buffer_releases``), so peak memory follows the BufferPlan, not the whole program;
+storages the plan hands on stay referenced by their first owner until reused.
 
 Everything static (shapes, strides, dtypes, function pointers) is decided at
 generation time; a call does only the allocations, launches and write-backs.

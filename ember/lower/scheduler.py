@@ -425,8 +425,12 @@ class _Scheduler:
         last_use: dict[str, int] = {}
         for i, step in enumerate(steps):
             reads = step.reads if isinstance(step, FusedKernel) else step.node.reads()
+            for name in step.writes if isinstance(step, FusedKernel) else ():
+                last_use.setdefault(name, i)     # never read: dead once written
             for r in reads:
                 last_use[r] = i
+        # the base of an output view is returned (as a view): its storage is never handed on
+        returned = {out.base for out in self.program.outputs if isinstance(out, ir.OutputView)}
         free: dict[tuple[int, torch.dtype], list[str]] = {}
         # eager's strides for computed nodes (lowering records the dense non-contiguous ones)
         layouts = self.program.extra.get("layouts", {})
@@ -449,7 +453,7 @@ class _Scheduler:
             # buffers whose last reader was this step can be reused by later steps
             for name, last in last_use.items():
                 plan = plans.get(name)
-                if last == i and plan is not None and plan.kind == "intermediate":
+                if last == i and plan is not None and plan.kind == "intermediate" and name not in returned:
                     free.setdefault((math.prod(plan.shape), plan.dtype), []).append(plan.allocation)
         return plans
 

@@ -122,7 +122,7 @@ class interpreter_scope:
             JITFunction.__call__ = _interpret_jit_call
         _scope_depth += 1
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         global _scope_depth
         try:
             _scope_depth -= 1
@@ -248,6 +248,7 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
     exec(compile("\n".join(lines) + "\n", f"<ember launcher {kernel.name}>", "exec"), scope)
     launch = scope["launch"]
     launch.takes_tensors = True
+    launch.scalar_arguments = frozenset(getattr(kernel, "scalars", ()))   # passed as Python numbers
     launch.kernel = kernel
     launch.binary = binary
     return launch

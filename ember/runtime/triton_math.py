@@ -78,6 +78,6 @@ def _erf(x: np.ndarray) -> np.ndarray:
 _numpy_libm = numpy_libm     # the former name
 
 try:
-    from triton.language.extra import libdevice as libm  # noqa: F401
+    from triton.language.extra import libdevice as libm
 except ImportError:          # a Triton without libdevice: only the interpreter can run kernels
     libm = None
