@@ -147,7 +147,9 @@ class _Lowering:
         fn = node.target.reference if isinstance(node.target, Prim) else node.target
         to_ref = lambda v: self.extern_argument(self.env[v], node) \
             if isinstance(v, Node) and isinstance(self.env[v], TensorValue) else self.value(v)
-        args, kwargs = tree_map(to_ref, node.args), tree_map(to_ref, node.kwargs)
+        node_args, node_kwargs = self.drop_all_true_mask(fn, node.args, node.kwargs)
+        args, kwargs = tree_map(to_ref, node_args), tree_map(to_ref, node_kwargs)
+        args, kwargs = self.meet_argument_requirements(fn, node, args, kwargs)
         for leaf in tree_leaves((args, kwargs)):
             if isinstance(leaf, (TensorValue, tuple)) and not isinstance(leaf, ir.BufferRef):
                 raise CompileError("extern argument is a tuple of tensors", stage="lower", op=str(node.target))
@@ -156,6 +158,8 @@ class _Lowering:
         meta = node.meta
         if fn in _LAYOUT_PROBED_EXTERNS and isinstance(meta, TensorMeta) and meta.device.type == "cpu":
             meta = self.probe_output_layout(fn, args, kwargs, meta)
+        if fn in _CONVOLUTIONS and isinstance(meta, TensorMeta):
+            meta = self.convolution_output_layout(args, meta)
         if isinstance(meta, TensorMeta):
             return self.add(ir.ExternOutput(f"{name}_out", tuple(meta.shape), meta.dtype, name, None,
                                             tuple(meta.stride), int(meta.storage_offset)))
@@ -190,6 +194,100 @@ class _Lowering:
         if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(meta.shape):
             return meta
         return dataclasses.replace(meta, stride=tuple(result.stride()), storage_offset=result.storage_offset())
+
+    # ---------------------------------------------------- extern argument layouts
+    def argument_strides(self, ref: ir.BufferRef) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(shape, strides) the Extern will see for this argument (None: unknown)."""
+        base = self.nodes.get(ref.name)
+        if base is None:
+            return None
+        strides = _assumed_strides(base, self.layouts)
+        if isinstance(ref, ir.BufferView):
+            layout = ir.strided_layout(ref.index, ref.vars, base.shape, strides)
+            return None if layout is None else (tuple(ref.shape), layout[0])
+        return tuple(base.shape), tuple(strides)
+
+    def meet_argument_requirements(self, fn: Any, node: Node, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """Copy (with a fused kernel) the arguments whose layout the Extern's fast kernels reject
+        (EXTERN_ARGUMENT_LAYOUTS); eager would hand them over in a layout they accept."""
+        requirements = EXTERN_ARGUMENT_LAYOUTS.get(fn)
+        if not requirements:
+            return args, kwargs
+        args, kwargs = list(args), dict(kwargs)
+        for name, (position, requirement) in requirements.items():
+            if name in kwargs:
+                ref, source, put = kwargs[name], node.kwargs.get(name), lambda v, n=name: kwargs.__setitem__(n, v)
+            elif position < len(args):
+                ref, source, put = args[position], node.args[position], lambda v, i=position: args.__setitem__(i, v)
+            else:
+                continue
+            if not isinstance(ref, ir.BufferRef) or not isinstance(source, Node):
+                continue
+            layout = self.argument_strides(ref)
+            if layout is None:
+                continue
+            shape, strides = layout
+            if requirement == "last_dim_unit_stride":
+                if not shape or shape[-1] == 1 or strides[-1] == 1:
+                    continue
+                target = ir.contiguous_strides(shape)
+            elif requirement == "dense":
+                if _dense_strides(shape, strides):
+                    continue
+                target = _dense_like(shape, strides)
+            else:
+                raise AssertionError(f"unknown argument requirement {requirement}")
+            put(ir.BufferRef(self.copy_for_extern(self.env[source], node, target).node_name))
+        return tuple(args), kwargs
+
+    def copy_for_extern(self, value: TensorValue, node: Node, stride: tuple[int, ...]) -> TensorValue:
+        """A fresh loop node holding ``value`` (the scheduler fuses the copy into its producer's kernel
+        when it can), laid out with ``stride``."""
+        name = f"{node.name}_input{len(self.nodes)}"
+        vars_ = ir.make_vars("x", value.shape)
+        body = value.load(tuple(ir.index(v) for v in vars_))
+        copy = self.add(ir.Pointwise(name, value.shape, value.dtype, vars_, body, "layout copy for an extern"))
+        if stride != ir.contiguous_strides(value.shape):
+            self.layouts[name] = stride
+        return copy
+
+    def convolution_output_layout(self, args: Any, meta: TensorMeta) -> TensorMeta:
+        """cuDNN / oneDNN return a channels-last result for a channels-last input (the meta device
+        says contiguous for some of them, e.g. depthwise); predicting it saves a re-layout copy."""
+        if len(meta.shape) != 4 or not args or not isinstance(args[0], ir.BufferRef):
+            return meta
+        layout = self.argument_strides(args[0])
+        if layout is None or len(layout[0]) != 4:
+            return meta
+        shape, strides = layout
+        channels_last = _dense_like(shape, strides)
+        if _is_channels_last(shape, channels_last) and not _dense_in_order(shape, strides, (0, 1, 2, 3)):
+            out = tuple(int(s) for s in meta.shape)
+            stride = _dense_like(out, (out[1] * out[2] * out[3], 1, out[3] * out[1], out[1]))
+            return dataclasses.replace(meta, stride=stride)
+        return meta
+
+    def drop_all_true_mask(self, fn: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """SDPA with a bool attn_mask that is True everywhere (provably, by value ranges of the
+        loop IR: e.g. HF's bidirectional ``arange(n) >= 0``) is SDPA without a mask, which lets
+        the flash / memory-efficient kernels run."""
+        if fn not in _ATTENTION:
+            return args, kwargs
+        if "attn_mask" in kwargs:
+            mask = kwargs["attn_mask"]
+        elif len(args) > 3:
+            mask = args[3]
+        else:
+            return args, kwargs
+        value = self.env.get(mask) if isinstance(mask, Node) else None
+        if not isinstance(value, TensorValue) or value.dtype != torch.bool:
+            return args, kwargs
+        vars_ = ir.make_vars("x", value.shape)
+        if _value_range(value.load(tuple(ir.index(v) for v in vars_)), self.nodes) != (1, 1):
+            return args, kwargs
+        if "attn_mask" in kwargs:
+            return args, {**kwargs, "attn_mask": None}
+        return tuple(args[:3]) + (None,) + tuple(args[4:]), kwargs
 
     def extern_argument(self, value: TensorValue, node: Node) -> ir.BufferRef:
         """A loop node, or a strided view of one (no copy), or else a copy kernel's output."""
@@ -232,6 +330,128 @@ class _Lowering:
 # (CPU flash attention returns a (B, T, H, D) buffer transposed when q is laid out that way).
 _LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
                           torch.ops.aten.scaled_dot_product_attention.default}
+
+
+_ATTENTION = {torch.nn.functional.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default}
+_CONVOLUTIONS = {torch.nn.functional.conv2d, torch.conv2d, torch.nn.functional.conv_transpose2d,
+                 torch.conv_transpose2d, torch.convolution}
+
+# Per-Extern argument layouts that their fast kernels need, as (position, requirement) by argument
+# name; an argument that does not meet it is copied by a fused kernel before the call.
+#   "last_dim_unit_stride": stride 1 in the last dim (copied contiguous).  SDPA's flash and
+#       memory-efficient kernels check it for q, k, v and attn_mask and otherwise fall back to
+#       the math path (fp32 matmuls + softmax), e.g. for a mask expanded from (.., L, 1).
+#   "dense": non-overlapping and dense in some dim order (copied densely in the argument's own
+#       stride order, so a channels-last view stays channels-last for cuDNN).
+# mm/bmm/addmm/linear take any transposed layout (cuBLAS), so they need no entry.
+EXTERN_ARGUMENT_LAYOUTS: dict[Any, dict[str, tuple[int, str]]] = {
+    **{fn: {"query": (0, "last_dim_unit_stride"), "key": (1, "last_dim_unit_stride"),
+            "value": (2, "last_dim_unit_stride"), "attn_mask": (3, "last_dim_unit_stride")} for fn in _ATTENTION},
+    **{fn: {"input": (0, "dense")} for fn in _CONVOLUTIONS},
+}
+
+
+def _dense_in_order(shape: tuple[int, ...], stride: tuple[int, ...], order: tuple[int, ...]) -> bool:
+    expected = 1
+    for dim in reversed(order):
+        if shape[dim] != 1:
+            if stride[dim] != expected:
+                return False
+            expected *= shape[dim]
+    return True
+
+
+def _is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    return len(shape) == 4 and _dense_in_order(shape, stride, (0, 2, 3, 1))
+
+
+def _dense_like(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
+    """Dense strides with the dims in the order of ``stride`` (slowest first; ties keep dim order)."""
+    order = sorted(range(len(shape)), key=lambda d: (-stride[d], d))
+    out = [0] * len(shape)
+    running = 1
+    for dim in reversed(order):
+        out[dim] = running
+        running *= max(shape[dim], 1)
+    return tuple(out)
+
+
+_INT_RANGES = {dtype: (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+               for dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)}
+_EXACT_INT_BITS = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
+_COMPARE = {"ge": lambda a, b: (a[0] >= b[1], a[1] >= b[0]), "gt": lambda a, b: (a[0] > b[1], a[1] > b[0]),
+            "le": lambda a, b: (a[1] <= b[0], a[0] <= b[1]), "lt": lambda a, b: (a[1] < b[0], a[0] < b[1]),
+            "eq": lambda a, b: (a[0] == a[1] == b[0] == b[1], a[0] <= b[1] and b[0] <= a[1]),
+            "ne": lambda a, b: (a[1] < b[0] or b[1] < a[0], not (a[0] == a[1] == b[0] == b[1]))}
+
+
+def _value_range(expr: Expr, nodes: dict[str, ir.LoopNode], depth: int = 0) -> tuple[int, int] | None:
+    """Integer bounds (lo, hi) of every value ``expr`` takes over its loop ranges (bools as 0/1), or
+    None when unknown.  Only exact integer/bool arithmetic; anything else is unknown."""
+    if depth > 64:
+        return None
+    rec = lambda e: _value_range(e, nodes, depth + 1)
+    result: tuple[int, int] | None = None
+    if isinstance(expr, Const):
+        if isinstance(expr.value, bool) or isinstance(expr.value, int):
+            result = (int(expr.value), int(expr.value))
+        elif isinstance(expr.value, float) and expr.value.is_integer() and abs(expr.value) < 2 ** 24:
+            result = (int(expr.value), int(expr.value))
+    elif isinstance(expr, IndexValue):
+        if next(ir.indirect_atoms(expr.index), None) is None:
+            result = expr.index.bounds()
+    elif isinstance(expr, Load):
+        producer = nodes.get(expr.buffer)
+        if isinstance(producer, ir.Pointwise) and len(producer.vars) == len(expr.index):
+            result = rec(ir.substitute(producer.body, dict(zip(producer.vars, expr.index))))
+        elif expr.dtype == torch.bool:
+            result = (0, 1)
+    elif isinstance(expr, Cast):
+        inner = rec(expr.arg)
+        if inner is not None and expr.dtype == torch.bool:
+            lo, hi = inner
+            result = (1, 1) if lo > 0 or hi < 0 else (0, 0) if lo == hi == 0 else (0, 1)
+        elif inner is not None and not expr.arg.dtype.is_floating_point:
+            result = inner   # integer -> integer / float: checked against the target's range below
+    elif isinstance(expr, Op):
+        ranges = [rec(a) for a in expr.args]
+        if all(r is not None for r in ranges):
+            op = expr.op
+            if op in _COMPARE and len(ranges) == 2:
+                always, maybe = _COMPARE[op](ranges[0], ranges[1])
+                result = (1, 1) if always else (0, 1) if maybe else (0, 0)
+            elif op in ("logical_and", "bitwise_and") and all(0 <= r[0] <= r[1] <= 1 for r in ranges):
+                result = (min(r[0] for r in ranges), min(r[1] for r in ranges))
+            elif op in ("logical_or", "bitwise_or") and all(0 <= r[0] <= r[1] <= 1 for r in ranges):
+                result = (max(r[0] for r in ranges), max(r[1] for r in ranges))
+            elif op == "logical_not" and 0 <= ranges[0][0] <= ranges[0][1] <= 1:
+                result = (1 - ranges[0][1], 1 - ranges[0][0])
+            elif op == "where":
+                cond, a, b = ranges
+                result = a if cond == (1, 1) else b if cond == (0, 0) else (min(a[0], b[0]), max(a[1], b[1]))
+            elif op == "add":
+                result = (ranges[0][0] + ranges[1][0], ranges[0][1] + ranges[1][1])
+            elif op == "sub":
+                result = (ranges[0][0] - ranges[1][1], ranges[0][1] - ranges[1][0])
+            elif op == "neg":
+                result = (-ranges[0][1], -ranges[0][0])
+            elif op == "mul":
+                products = [x * y for x in ranges[0] for y in ranges[1]]
+                result = (min(products), max(products))
+            elif op in ("maximum", "minimum"):
+                pick = max if op == "maximum" else min
+                result = (pick(ranges[0][0], ranges[1][0]), pick(ranges[0][1], ranges[1][1]))
+    if result is None:
+        return None
+    dtype = expr.dtype
+    if dtype == torch.bool:
+        return result if 0 <= result[0] <= result[1] <= 1 else None
+    if dtype in _INT_RANGES:
+        lo, hi = _INT_RANGES[dtype]
+        return result if lo <= result[0] and result[1] <= hi else None
+    if dtype in _EXACT_INT_BITS:   # integers are exact in a float up to 2 ** (mantissa bits + 1)
+        return result if max(abs(result[0]), abs(result[1])) <= 2 ** _EXACT_INT_BITS[dtype] else None
+    return None
 
 
 def _scalar_externs() -> dict[Any, torch.dtype]:
