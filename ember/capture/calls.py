@@ -39,6 +39,8 @@ def _compile_state_queries() -> dict[Any, Any]:
     ContextVar); capture answers like a graph-capturing compiler, and the answers
     never change between calls, so they need no guard."""
     answers: dict[Any, Any] = {}
+    # These are recognized in user code and answered with a constant; ember never calls them
+    # (DESIGN.md forbids using torch.jit / symbolic tracing, not answering a user's query of them).
     for owner, name, answer in [
         ("torch.compiler", "is_compiling", True), ("torch.compiler", "is_dynamo_compiling", True),
         ("torch.compiler", "is_exporting", False), ("torch._utils", "is_compiling", True),
