@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e ".[test]"
-python3 -m pytest tests -x -q -p no:cacheprovider
+python3 -m pytest tests -p no:cacheprovider
