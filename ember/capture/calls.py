@@ -39,13 +39,15 @@ def _compile_state_queries() -> dict[Any, Any]:
     ContextVar); capture answers like a graph-capturing compiler, and the answers
     never change between calls, so they need no guard."""
     answers: dict[Any, Any] = {}
-    # These are recognized in user code and answered with a constant; ember never calls them
-    # (DESIGN.md forbids using torch.jit / symbolic tracing, not answering a user's query of them).
+    # torch.jit's Python-level tracing queries are inlined like user code; only their C-level leaves
+    # and the compiler-state queries are answered here.
     for owner, name, answer in [
         ("torch.compiler", "is_compiling", True), ("torch.compiler", "is_dynamo_compiling", True),
         ("torch.compiler", "is_exporting", False), ("torch._utils", "is_compiling", True),
-        ("torch.jit", "is_tracing", False), ("torch.jit", "is_scripting", False),
         ("torch._jit_internal", "is_scripting", False), ("torch._C", "_get_tracing_state", None),
+        ("torch._C", "_is_tracing", False),
+        # fx's queries log a one-time warning through an lru_cache wrapper capture cannot inline yet;
+        # they are recognized and answered here, never called
         ("torch.fx._symbolic_trace", "is_fx_tracing", False),
         ("torch.fx._symbolic_trace", "is_fx_symbolic_tracing", False),
     ]:

@@ -430,3 +430,19 @@ def test_getattr_default_on_constants(compile_fn):
         return x + getattr(None, "missing", 1.0)
 
     captured_once(compile_fn, f, torch.randn(3))
+
+
+def test_tracing_queries_are_inlined_not_special_cased():
+    """Library code asks torch.jit / torch.fx whether it is being traced; capture evaluates those
+    Python helpers like user code (answering only their C-level leaves) and never breaks on them."""
+    import torch.fx  # noqa: F401  (makes torch.fx._symbolic_trace importable)
+    import ember
+
+    def fn(x):
+        if torch.jit.is_tracing() or torch.jit.is_scripting() or torch.fx._symbolic_trace.is_fx_tracing():
+            return x - 1
+        return x + 1
+
+    x = torch.randn(3)
+    compiled = ember.compile(fn, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), fn(x))
