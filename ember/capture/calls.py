@@ -39,17 +39,13 @@ def _compile_state_queries() -> dict[Any, Any]:
     ContextVar); capture answers like a graph-capturing compiler, and the answers
     never change between calls, so they need no guard."""
     answers: dict[Any, Any] = {}
-    # torch.jit's Python-level tracing queries are inlined like user code; only their C-level leaves
-    # and the compiler-state queries are answered here.
+    # torch.jit's / torch.fx's Python-level tracing queries are inlined like user code; only their
+    # C-level leaves and the compiler-state queries are answered here.
     for owner, name, answer in [
         ("torch.compiler", "is_compiling", True), ("torch.compiler", "is_dynamo_compiling", True),
         ("torch.compiler", "is_exporting", False), ("torch._utils", "is_compiling", True),
         ("torch._jit_internal", "is_scripting", False), ("torch._C", "_get_tracing_state", None),
         ("torch._C", "_is_tracing", False),
-        # fx's queries log a one-time warning through an lru_cache wrapper capture cannot inline yet;
-        # they are recognized and answered here, never called
-        ("torch.fx._symbolic_trace", "is_fx_tracing", False),
-        ("torch.fx._symbolic_trace", "is_fx_symbolic_tracing", False),
     ]:
         module = sys.modules.get(owner)
         fn = getattr(module, name, None) if module is not None else None
@@ -160,6 +156,12 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         result = objects.call_base_method(tx, fn, args, kwargs)
         if result is not None:
             return result
+    if isinstance(fn, functools._lru_cache_wrapper) and not args and not kwargs:
+        # a memoized zero-argument function (e.g. a log-once helper): its value is fixed after the
+        # first call, and eager runs its body at most once too, so run it now and keep the result
+        result = fn()
+        if result is None or isinstance(result, (bool, int, float, str)):
+            return V.ConstantValue(result)
     raise tx.unsupported(f"call to unknown C function {getattr(fn, '__qualname__', repr(fn))}",
                          "capture only understands torch ops, builtins and Python code")
 
