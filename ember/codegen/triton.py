@@ -233,7 +233,7 @@ class TritonKernelPrinter:
     def emit_pointwise_kernel(self) -> None:
         c = self.config
         self.emit(f"XBLOCK: tl.constexpr = {c.xblock}")
-        self.emit(f"xnumel = {self.xnumel}")
+        self.emit(f"xnumel: tl.constexpr = {self.xnumel}")
         pid = "tl.program_id(0)" + (".to(tl.int64)" if c.index_type == "tl.int64" else "")
         self.emit(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
         self.xmask = "xmask" if self.xnumel % c.xblock else None
@@ -249,8 +249,9 @@ class TritonKernelPrinter:
         c = self.config
         self.emit(f"XBLOCK: tl.constexpr = {c.xblock}")
         self.emit(f"RBLOCK: tl.constexpr = {c.rblock}")
-        self.emit(f"xnumel = {self.xnumel}")
-        self.emit(f"rnumel = {self.rnumel}")
+        self.emit(f"xnumel: tl.constexpr = {self.xnumel}")
+        # constexpr, not a plain local: Triton 3.6's interpreter cannot take a plain int local as range()'s bound
+        self.emit(f"rnumel: tl.constexpr = {self.rnumel}")
         pid = "tl.program_id(0)" + (".to(tl.int64)" if c.index_type == "tl.int64" else "")
         self.emit(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         self.xmask = "xmask" if self.xnumel % c.xblock else None

@@ -183,6 +183,9 @@ def render_op(node: Op, args: list[str]) -> str:
     is_float = operand_dtype.is_floating_point
     if operand_dtype == torch.bool and name in _BOOL_OPS:
         template = _BOOL_OPS[name]
+    elif name == "bitwise_not" and operand_dtype == torch.uint8:
+        # not ~x: Triton 3.6's interpreter builds the all-ones mask as -1 and numpy rejects it for uint8
+        template = "({0} ^ 255).to(tl.uint8)"
     elif name == "div" and not is_float:
         template = "({0}.to(tl.float64) / {1}.to(tl.float64)).to(" + compute_type(node.dtype) + ")"
     elif name in _BINARY_COMMON:

@@ -120,6 +120,7 @@ class interpreter_scope:
             from triton.runtime.jit import JITFunction
             _saved_jit_call[:] = [JITFunction.__dict__.get("__call__")]
             JITFunction.__call__ = _interpret_jit_call
+            _saved_language[:] = _snapshot_language()
         _scope_depth += 1
 
     def __exit__(self, *exc: object) -> None:
@@ -133,10 +134,36 @@ class interpreter_scope:
                     JITFunction.__call__ = saved
                 else:
                     del JITFunction.__call__
+                _restore_language(_saved_language)
         finally:
             _scope_lock.release()
 
 
+_saved_language: list[tuple[Any, dict]] = []
+
+
+def _language_namespaces() -> list[Any]:
+    import triton.language as tl
+    return [tl, tl.core, tl.math, tl.standard, tl.core.tensor, tl.core.dtype,
+            getattr(tl.core, "tensor_descriptor_base", tl.core.tensor)]
+
+
+def _snapshot_language() -> list[tuple[Any, dict]]:
+    return [(namespace, dict(vars(namespace))) for namespace in _language_namespaces()]
+
+
+def _restore_language(snapshot: list[tuple[Any, dict]]) -> None:
+    """Undo the interpreter's patches of triton.language.  Triton 3.6 patches the language
+    namespaces for every device-function call (``InterpretedFunction.__call__``) and never
+    restores them, after which kernels compiled for the GPU in this process fail to build."""
+    for namespace, saved in snapshot:
+        current = vars(namespace)     # names the interpreter added stay: its rewritten functions use them
+        for name, value in saved.items():
+            if current.get(name, _MISSING) is not value:
+                setattr(namespace, name, value)
+
+
+_MISSING = object()
 _interpreted_jit: dict[int, tuple[Any, Any]] = {}
 
 
@@ -185,11 +212,13 @@ def _interpreter_launcher(fn: Any, kernel: Any) -> Callable:
     return launch
 
 
-def _compile(fn: Any, kernel: Any, aligned: list[bool]) -> Any:
+def _compile(fn: Any, kernel: Any, aligned: list[bool], target: Any = None) -> Any:
+    """``target``: a ``triton.backends.compiler.GPUTarget``; default the current device.  Tests name
+    one to check that kernels build for a GPU on a machine without one."""
     import triton
     from triton.compiler import ASTSource
     attrs = {(i,): [["tt.divisibility", 16]] for i, ok in enumerate(aligned) if ok}
-    target = triton.runtime.driver.active.get_current_target()
+    target = target or triton.runtime.driver.active.get_current_target()
     options = {"num_warps": kernel.config.num_warps, "num_stages": 1 if kernel.config.kind != "looped" else 2}
     try:
         return triton.compile(ASTSource(fn, dict(kernel.signature), None, attrs), target=target, options=options)

@@ -26,6 +26,30 @@ if DEVICE == "cuda" and not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 OPTIONS = {"cpu_backend": "triton"}
+
+
+@pytest.fixture(scope="module")
+def fresh_triton_cache(tmp_path_factory):
+    """Triton's own cache would skip the front end for kernels built before."""
+    return str(tmp_path_factory.mktemp("triton-cache"))
+
+
+@pytest.fixture(autouse=True)
+def kernels_also_build_for_an_h100(monkeypatch, fresh_triton_cache):
+    """On the CPU every generated module is also compiled for sm_90 (no GPU needed): the interpreter
+    accepts code the real compiler rejects, and interpreted runs must not break later GPU builds."""
+    if DEVICE != "cpu":
+        return
+    monkeypatch.setenv("TRITON_CACHE_DIR", fresh_triton_cache)
+    from triton.backends.compiler import GPUTarget
+    build = triton_build.build
+
+    def build_and_compile_for_gpu(source, kernels, buffer_kinds, interpret=None):
+        module = triton_build.load_module(source, interpret=False)
+        for kernel in kernels:
+            triton_build._compile(getattr(module, kernel.name), kernel, kernel.aligned, GPUTarget("cuda", 90, 32))
+        return build(source, kernels, buffer_kinds, interpret)
+    monkeypatch.setattr(triton_build, "build", build_and_compile_for_gpu)
 TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-9, 1e-12), torch.bfloat16: (1.6e-2, 1e-2),
        torch.float16: (2e-3, 1e-3)}
 
@@ -316,3 +340,17 @@ def test_load_through_size_one_dims_is_unmasked_scalar():
     a = b.input("a", av)
     s = b.slice(b.expand(b.reshape(a, (1, 32)), (2, 32)), 1, 0, 1, 1)
     check(b.build([b.sub(s, 1)]), [av])
+
+
+def test_interpreted_kernels_leave_triton_language_unpatched():
+    # Triton 3.6's interpreter patches triton.language for every device-function call (tl.sum,
+    # ember's helpers) and never undoes it; GPU compiles in the same process then failed
+    import triton.language as tl
+    before = {name: dict(vars(ns)) for name, ns in (("tl", tl), ("core", tl.core), ("tensor", tl.core.tensor))}
+    xv = t(torch.randn(4, 33))
+    b = PrimGraphBuilder()
+    x = b.input("x", xv)
+    check(b.build([b.argmax(x, 1), b.sum(x, (1,)), b.floor_divide(x, 3.0)]), [xv])
+    for name, ns in (("tl", tl), ("core", tl.core), ("tensor", tl.core.tensor)):
+        changed = [key for key, value in before[name].items() if vars(ns).get(key) is not value]
+        assert not changed, (name, changed)
