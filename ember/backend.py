@@ -100,6 +100,7 @@ def _compile(graph: Graph, example_inputs: list, options: dict) -> Callable[...,
     from ember.codegen.wrapper import compile_wrapper, generate_wrapper
     extra = dict(prim_graph.extra)
     extra["_input_is_tensor"] = [isinstance(x, torch.Tensor) for x in example_inputs]
+    extra["_input_on_host"] = [isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in example_inputs]
     extra["_output_metas"] = [o.meta if hasattr(o, "meta") and isinstance(o.meta, TensorMeta) else None
                               for o in prim_graph.outputs]
     param_names = [p.name for p in prim_graph.placeholders]

@@ -75,6 +75,10 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
                 # a runtime Python scalar: kernels read it as a 0-dim tensor
                 lines.append(f"    {name}_t = torch.full((), {expr_of[name]}, dtype={plan.dtype}, device={device!r})")
                 expr_of[name] = f"{name}_t"
+            elif device != "cpu" and not node.alias_of and _is_host_tensor_input(graph_extra, base.position):
+                # a CPU 0-dim tensor beside CUDA ones (eager allows it): the kernels need it on the device
+                lines.append(f"    {name}_t = {expr_of[name]}.to({device!r}, non_blocking=True)")
+                expr_of[name] = f"{name}_t"
     allocated: set[str] = set()
     dev = out.bind(f"_{device}", torch.device(device))   # a device object: no string parsing per call
     persistent = _persistent_allocations(sched, device)
@@ -196,6 +200,11 @@ def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[s
 def _is_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:
     kinds = graph_extra.get("_input_is_tensor")
     return True if kinds is None else kinds[position]
+
+
+def _is_host_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:
+    on_host = graph_extra.get("_input_on_host")
+    return bool(on_host and on_host[position])
 
 
 # devices whose wrappers keep intermediates across calls, and the size limits for doing so
