@@ -187,12 +187,18 @@ def build(source: str, kernels: list, buffer_kinds: dict[str, str],
         return {k.name: (_interpreter_launcher(getattr(module, k.name), k), k.arguments) for k in kernels}
     start = time.perf_counter()
     workers = max(1, min(len(kernels), os.cpu_count() or 1, 16))
+    # aliases of one function (kernels with the same code) share one binary
+    distinct = {}
+    for kernel in kernels:
+        distinct.setdefault((id(getattr(module, kernel.name)), tuple(kernel.aligned)), kernel)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        compiled = list(pool.map(lambda k: _compile(getattr(module, k.name), k, k.aligned), kernels))
+        binaries = dict(zip(distinct, pool.map(lambda k: _compile(getattr(module, k.name), k, k.aligned),
+                                               distinct.values())))
     stats["compile_seconds"] += time.perf_counter() - start
-    stats["kernels_compiled"] += len(kernels)
+    stats["kernels_compiled"] += len(distinct)
     launchers = {}
-    for kernel, binary in zip(kernels, compiled):
+    for kernel in kernels:
+        binary = binaries[(id(getattr(module, kernel.name)), tuple(kernel.aligned))]
         checked = [i for i, (name, ok) in enumerate(zip(kernel.arguments, kernel.aligned))
                    if ok and buffer_kinds.get(name) in ("input", "extern")]
         fallback = _LazyUnaligned(getattr(module, kernel.name), kernel)

@@ -303,6 +303,21 @@ def test_generated_kernel_is_cached_on_disk_and_reused():
     torch.testing.assert_close(compiled(xv)[0], torch.exp(xv) * 0.25)
 
 
+def test_kernels_with_the_same_code_are_compiled_once():
+    # two "layers": softmax(x) @ w1, softmax of that @ w2, ... -> the softmax kernels differ only in names
+    xv, w1v, w2v = t(torch.randn(16, 16)), t(torch.randn(16, 16)), t(torch.randn(16, 16))
+    b = PrimGraphBuilder()
+    x, w1, w2 = b.input("x", xv), b.input("w1", w1v), b.input("w2", w2v)
+    meta = TensorMeta.of(torch.empty(16, 16, device=DEVICE))
+    h = b.graph.call(torch.mm, (softmax(b, x, (16, 16)), w1), meta=meta)
+    h = b.graph.call(torch.mm, (softmax(b, h, (16, 16)), w2), meta=meta)
+    compiled = check(b.build([softmax(b, h, (16, 16))]), [xv, w1v, w2v], rtol=1e-3, atol=1e-4)
+    assert compiled.stats["kernel_count"] == 3
+    assert compiled.source.count("@triton.jit\ndef kernel") == 1
+    assert "kernel1 = kernel0  # the same code as kernel0" in compiled.source
+    assert "kernel2 = kernel0" in compiled.source
+
+
 def test_block_choices_follow_the_problem():
     b = PrimGraphBuilder()
     xv = t(torch.randn(3, 100))
