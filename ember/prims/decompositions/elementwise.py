@@ -192,10 +192,17 @@ def pow_(x: Any, exponent: Any) -> Any:
         if exponent == 1:
             return ops.cast(x, ops.elementwise_dtypes([ops._operand_tier(x), ("scalar", exponent)],
                                                       Promotion.DEFAULT)[1])
+        # the exponents ATen's pow kernel special-cases too (x*x*x, not a libm pow: GPT-2's GELU)
         if exponent == 2 and x.dtype != torch.bool:
-            return ops.mul(x, x)  # what every backend wants to see
+            return ops.mul(x, x)
+        if exponent == 3 and x.dtype.is_floating_point:
+            return ops.mul(ops.mul(x, x), x)
         if exponent == 0.5 and x.dtype.is_floating_point:
             return ops.sqrt(x)
+        if exponent == -0.5 and x.dtype.is_floating_point:
+            return ops.rsqrt(x)
+        if exponent == -1 and x.dtype.is_floating_point:
+            return ops.reciprocal(x)
     return ops.pow(x, exponent)
 
 
