@@ -193,6 +193,9 @@ class _Scheduler:
         for i, step in enumerate(s for s in steps if isinstance(s, FusedKernel)):
             step.name = f"kernel{i}"
         buffers = self._plan_buffers(steps, local)
+        for step in steps:
+            if isinstance(step, FusedKernel):
+                step.outer_vars = _outer_vars_in_memory_order(step, buffers)
         return Schedule(self.program, steps, buffers)
 
     def _group(self) -> tuple[list[_Group | ir.Extern], dict[str, int]]:
@@ -461,6 +464,35 @@ class _Scheduler:
 # ======================================================================= helpers
 def _kernel_vars(group: _Group) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
     return ir.make_vars("x", group.outer), ir.make_vars("r", group.inner)
+
+
+def _outer_vars_in_memory_order(kernel: FusedKernel, buffers: dict[str, BufferPlan]) -> tuple[Var, ...]:
+    """The kernel's outer loops reordered so the last one walks its stores' memory with the smallest
+    stride.  Loop vars are in logical (NCHW) order; over channels-last buffers that order strides
+    through memory, and a flattened GPU kernel's neighbouring lanes then touch far-apart addresses."""
+    outer = kernel.outer_vars
+    if len(outer) < 2:
+        return outer
+    stride_of: dict[Var, list[int]] = {v: [] for v in outer}
+    for step in kernel.steps:
+        for store in step.stores:
+            plan = buffers.get(store.buffer)
+            if plan is None:
+                continue
+            coefficients: dict[Var, int] = {}
+            for idx, stride, size in zip(store.index, plan.stride, plan.shape):
+                if size == 1:
+                    continue
+                for atom, coeff in idx.terms:
+                    if not isinstance(atom, Var):
+                        return outer          # a reshape folded into the index: keep the loop order
+                    coefficients[atom] = coefficients.get(atom, 0) + coeff * stride
+            for v in outer:
+                stride_of[v].append(abs(coefficients.get(v, 0)))
+    if not any(stride_of[v] for v in outer):
+        return outer
+    # biggest stride first (outermost); stable, so equal strides keep the logical order
+    return tuple(sorted(outer, key=lambda v: [-s for s in stride_of[v]]))
 
 
 def _map_shape(shape: tuple[int, ...], outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> tuple[Index, ...]:

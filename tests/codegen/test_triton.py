@@ -318,6 +318,17 @@ def test_kernels_with_the_same_code_are_compiled_once():
     assert "kernel2 = kernel0" in compiled.source
 
 
+def test_channels_last_pointwise_walks_memory_in_order():
+    # logical NCHW loops over NHWC buffers would stride by C between neighbouring lanes
+    xv = t(torch.randn(2, 8, 5, 6)).to(memory_format=torch.channels_last)
+    b = PrimGraphBuilder()
+    x = b.input("x", xv)
+    compiled = check(b.build([b.add(b.mul(x, 2.0), 1.0)]), [xv])
+    assert "outer [2, 5, 6, 8]" in compiled.source
+    assert "tl.load(in_x + (xindex)" in compiled.source and "tl.store(out_add + (xindex)" in compiled.source
+    assert compiled(xv)[0].stride() == xv.stride()
+
+
 def test_block_choices_follow_the_problem():
     b = PrimGraphBuilder()
     xv = t(torch.randn(3, 100))
