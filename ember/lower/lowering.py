@@ -316,7 +316,28 @@ class _Lowering:
         value = self.env[node]
         if not isinstance(value, TensorValue):
             return value
+        view = self.output_view(value, node)
+        if view is not None:
+            return view
         return self.materialize(value, name=f"{node.name}_output").node_name
+
+    def output_view(self, value: TensorValue, node: Node) -> ir.OutputView | None:
+        """An output that is a strided view of a computed buffer, with the strides eager gives it
+        (a reshape of a matmul's result): returned as that view rather than copied."""
+        meta = node.meta
+        if value.node_name is not None or not isinstance(meta, TensorMeta) or not value.shape:
+            return None
+        vars_ = ir.make_vars("x", value.shape)
+        body = value.load(tuple(ir.index(v) for v in vars_))
+        base = self.nodes.get(body.buffer) if isinstance(body, Load) else None
+        if base is None or isinstance(base, ir.InputBuffer) or body.dtype != base.dtype:
+            return None       # views of inputs stay copies: eager's aliasing of inputs is not modelled
+        layout = ir.strided_layout(body.index, vars_, base.shape, _assumed_strides(base, self.layouts))
+        if layout is None:
+            return None
+        stride, offset = layout
+        same = all(size == 1 or a == b for size, a, b in zip(value.shape, stride, meta.stride))
+        return ir.OutputView(base.name, tuple(value.shape), tuple(meta.stride), offset) if same else None
 
     # -------------------------------------------------------------- helpers
     def pointwise(self, node: Node, shape: tuple[int, ...], dtype: torch.dtype,

@@ -106,3 +106,24 @@ def test_wrapper_dels_dead_buffers_and_never_returned_ones():
     assert deleted, body
     assert not deleted & returned, body
     assert any(name.endswith("_out") for name in deleted), body   # extern results die too
+
+
+def test_reshaped_matmul_output_is_returned_as_a_view_not_copied():
+    # the LM head's (B*T, V) result reshaped to (B, T, V): eager returns a view, so can we
+    def head(x, w):
+        return torch.nn.functional.linear(x, w)
+    x, w = torch.randn(2, 3, 8), torch.randn(5, 8)
+    compiled = ember.compile(head)
+    out = compiled(x, w)
+    torch.testing.assert_close(out, head(x, w))
+    assert out.shape == (2, 3, 5) and out.stride() == head(x, w).stride()
+    for backend in (None, {"cpu_backend": "triton"}):
+        b = PrimGraphBuilder()
+        xi, wi = b.input("x", x.reshape(6, 8)), b.input("w", w.t())
+        mm = b.graph.call(torch.mm, (xi, wi), meta=TensorMeta.of(torch.empty(6, 5)))
+        graph = b.build([b.reshape(mm, (2, 3, 5)), b.mul(mm, 2.0)])
+        fn = compile_graph(graph, [x.reshape(6, 8), w.t()], options=backend)
+        view, doubled = fn(x.reshape(6, 8), w.t())
+        torch.testing.assert_close(view, head(x, w))
+        torch.testing.assert_close(doubled, 2 * head(x, w).reshape(6, 5))
+        assert fn.stats["kernel_count"] == 1, fn.source        # only the mul: no copy of the view
