@@ -53,6 +53,11 @@ class _Lowering:
         # buffer layouts of computed nodes that are not contiguous (eager's strides, from the prim
         # graph's metas): the scheduler allocates them so if they are materialized
         self.layouts: dict[str, tuple[int, ...]] = {}
+        # a CUDA graph with 2-D convolutions runs them channels-last (cuDNN's fast NHWC kernels,
+        # e.g. for depthwise convs); 4-D values computed from channels-last ones stay channels-last
+        self.channels_last = any(_fn_of(n) in _CONVOLUTIONS and isinstance(n.meta, TensorMeta) and
+                                 n.meta.device.type in CHANNELS_LAST_DEVICES and len(n.meta.shape) == 4
+                                 for n in graph.call_nodes())
 
     # -------------------------------------------------------------- driver
     def run(self) -> ir.LoopProgram:
@@ -99,6 +104,20 @@ class _Lowering:
             stride = tuple(int(st) for st in meta.stride)
             if stride != ir.contiguous_strides(loop.shape) and _dense_strides(loop.shape, stride):
                 self.layouts[name] = stride
+            elif self.channels_last and isinstance(loop, ir.Pointwise) and self.reads_channels_last(loop):
+                self.layouts[name] = _channels_last_strides(loop.shape)
+
+    def reads_channels_last(self, loop: ir.Pointwise) -> bool:
+        """Is this 4-D value computed from a channels-last buffer of its own shape (eager's rule for
+        elementwise results: follow the inputs' memory format)?"""
+        if len(loop.shape) != 4 or _channels_last_strides(loop.shape) == ir.contiguous_strides(loop.shape):
+            return False
+        for load in ir.loads(loop.body):
+            source = self.nodes.get(load.buffer)
+            if source is not None and source.shape == loop.shape and \
+                    _is_channels_last(source.shape, _assumed_strides(source, self.layouts)):
+                return True
+        return False
 
     def _output_nodes(self) -> list[Any]:
         return list(self.graph.outputs)
@@ -144,7 +163,7 @@ class _Lowering:
     def lower_extern(self, node: Node) -> Any:
         """Anything without a loop lowering runs eagerly: correct, just not fused."""
         name = node.name
-        fn = node.target.reference if isinstance(node.target, Prim) else node.target
+        fn = _fn_of(node)
         to_ref = lambda v: self.extern_argument(self.env[v], node) \
             if isinstance(v, Node) and isinstance(self.env[v], TensorValue) else self.value(v)
         node_args, node_kwargs = self.drop_all_true_mask(fn, node.args, node.kwargs)
@@ -166,7 +185,7 @@ class _Lowering:
         meta = node.meta
         if fn in _LAYOUT_PROBED_EXTERNS and isinstance(meta, TensorMeta) and meta.device.type == "cpu":
             meta = self.probe_output_layout(fn, args, kwargs, meta)
-        if fn in _CONVOLUTIONS and isinstance(meta, TensorMeta):
+        if isinstance(meta, TensorMeta) and (fn in _CONVOLUTIONS or self.channels_last and _is_pooling(fn)):
             meta = self.convolution_output_layout(args, meta)
         if isinstance(meta, TensorMeta):
             return self.add(ir.ExternOutput(f"{name}_out", tuple(meta.shape), meta.dtype, name, None,
@@ -239,6 +258,10 @@ class _Lowering:
                 if not shape or shape[-1] == 1 or strides[-1] == 1:
                     continue
                 target = ir.contiguous_strides(shape)
+            elif requirement == "dense" and self.channels_last and len(shape) == 4:
+                if _is_channels_last(shape, strides):
+                    continue
+                target = _channels_last_strides(shape)
             elif requirement == "dense":
                 if _dense_strides(shape, strides):
                     continue
@@ -317,9 +340,7 @@ class _Lowering:
         shape, strides = layout
         channels_last = _dense_like(shape, strides)
         if _is_channels_last(shape, channels_last) and not _dense_in_order(shape, strides, (0, 1, 2, 3)):
-            out = tuple(int(s) for s in meta.shape)
-            stride = _dense_like(out, (out[1] * out[2] * out[3], 1, out[3] * out[1], out[1]))
-            return dataclasses.replace(meta, stride=stride)
+            return dataclasses.replace(meta, stride=_channels_last_strides(tuple(int(s) for s in meta.shape)))
         return meta
 
     def drop_all_true_mask(self, fn: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
@@ -374,6 +395,12 @@ class _Lowering:
         view = self.output_view(value, node)
         if view is not None:
             return view
+        produced = self.nodes.get(value.node_name) if value.node_name is not None else None
+        if self.channels_last and isinstance(produced, ir.ExternOutput) and isinstance(node.meta, TensorMeta) and \
+                not _same_strides(produced.shape, produced.stride, tuple(node.meta.stride)):
+            # an Extern's result in a layout of ember's choosing (channels-last): the caller gets eager's.
+            # Only then: for channels-last inputs the meta device's conv strides are not eager's
+            return self.materialize(TensorValue(value.shape, value.dtype, value.load), name=f"{node.name}_output").node_name
         return self.materialize(value, name=f"{node.name}_output").node_name
 
     def output_view(self, value: TensorValue, node: Node) -> ir.OutputView | None:
@@ -391,8 +418,9 @@ class _Lowering:
         if layout is None:
             return None
         stride, offset = layout
-        same = all(size == 1 or a == b for size, a, b in zip(value.shape, stride, meta.stride))
-        return ir.OutputView(base.name, tuple(value.shape), tuple(meta.stride), offset) if same else None
+        if not _same_strides(value.shape, stride, tuple(meta.stride)):
+            return None
+        return ir.OutputView(base.name, tuple(value.shape), tuple(meta.stride), offset)
 
     # -------------------------------------------------------------- helpers
     def pointwise(self, node: Node, shape: tuple[int, ...], dtype: torch.dtype,
@@ -416,6 +444,8 @@ _LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
 
 
 _ATTENTION = {torch.nn.functional.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default}
+# where graphs with 2-D convolutions run them (and the 4-D values around them) channels-last
+CHANNELS_LAST_DEVICES = {"cuda"}
 _CONVOLUTIONS = {torch.nn.functional.conv2d, torch.conv2d, torch.nn.functional.conv_transpose2d,
                  torch.conv_transpose2d, torch.convolution}
 
@@ -446,6 +476,25 @@ def _dense_in_order(shape: tuple[int, ...], stride: tuple[int, ...], order: tupl
 
 def _is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return len(shape) == 4 and _dense_in_order(shape, stride, (0, 2, 3, 1))
+
+
+def _same_strides(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Equal layouts: strides agree wherever the size is not 1."""
+    return len(a) == len(b) and all(size == 1 or x == y for size, x, y in zip(shape, a, b))
+
+
+def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    n, c, h, w = shape
+    return _dense_like(tuple(shape), (c * h * w, 1, w * c, c))
+
+
+def _is_pooling(fn: Any) -> bool:
+    """2-D pooling Externs: on CUDA they return channels-last for a channels-last input."""
+    return "pool2d" in getattr(fn, "__name__", "")
+
+
+def _fn_of(node: Node) -> Any:
+    return node.target.reference if isinstance(node.target, Prim) else node.target
 
 
 def _dense_like(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
