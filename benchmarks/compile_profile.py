@@ -55,8 +55,12 @@ def main() -> None:
     parser.add_argument("--zoo", default=os.path.join(HERE, "..", "..", "shared", "bench", "models.py"))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch", type=int, default=1, help="1 keeps the CPU eager runs short; kernels are alike")
+    parser.add_argument("--channels-last", action="store_true", help="lay out conv graphs as on CUDA")
     args = parser.parse_args()
     import_torchvision_tolerantly()
+    if args.channels_last:
+        from ember.lower import lowering
+        lowering.CHANNELS_LAST_DEVICES = {"cpu", "cuda"}
     zoo = load_zoo(args.zoo)
     os.environ.setdefault("TRITON_CACHE_DIR", f"/tmp/ember-compile-profile-{os.getpid()}")  # cold
     for name in args.models.split(","):
