@@ -400,7 +400,8 @@ class _Lowering:
                 not _same_strides(produced.shape, produced.stride, tuple(node.meta.stride)):
             # an Extern's result in a layout of ember's choosing (channels-last): the caller gets eager's.
             # Only then: for channels-last inputs the meta device's conv strides are not eager's
-            return self.materialize(TensorValue(value.shape, value.dtype, value.load), name=f"{node.name}_output").node_name
+            as_view = TensorValue(value.shape, value.dtype, value.load)     # not the node: materialize copies
+            return self.materialize(as_view, name=f"{node.name}_output").node_name
         return self.materialize(value, name=f"{node.name}_output").node_name
 
     def output_view(self, value: TensorValue, node: Node) -> ir.OutputView | None:
@@ -484,7 +485,7 @@ def _same_strides(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
 
 
 def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    n, c, h, w = shape
+    _, c, h, w = shape
     return _dense_like(tuple(shape), (c * h * w, 1, w * c, c))
 
 
