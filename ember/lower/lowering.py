@@ -313,7 +313,8 @@ class _Lowering:
         body = Op("where", (inside, loaded, Const(0, value.dtype)), value.dtype)
         name = f"{node.name}_padded{len(self.nodes)}"
         copy = self.add(ir.Pointwise(name, shape, value.dtype, vars_, body, "zero padding for an aligned matmul"))
-        padded_stride = _dense_like(shape, tuple(stride))
+        # broadcast (stride-0) dims outermost, then the source's own order
+        padded_stride = _dense_like(shape, tuple(s if s else 1 << 62 for s in stride))
         if padded_stride != ir.contiguous_strides(shape):
             self.layouts[name] = padded_stride
         return copy

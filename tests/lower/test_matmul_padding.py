@@ -27,7 +27,12 @@ def batched(a, b):
     return torch.bmm(a, b).relu()
 
 
+def shared_weight(a, w):
+    return torch.bmm(a, w.expand(a.shape[0], -1, -1))       # one weight broadcast over the batch
+
+
 CASES = [
+    (shared_weight, lambda: (torch.randn(3, 4, 8), torch.randn(1, 8, 9))),
     (lm_head, lambda: (torch.randn(2, 5, 12), torch.randn(37, 12))),
     (conv1d, lambda: (torch.randn(6, 8), torch.randn(8, 13), torch.randn(13))),
     (batched, lambda: (torch.randn(3, 4, 8), torch.randn(3, 8, 9))),
