@@ -306,3 +306,46 @@ def check_op(run: BatchedRun, info: Any, dtype: torch.dtype, known: str | None) 
     if known:
         pytest.fail(f"passes now: remove {op_id(info)} from KNOWN_FAILURES ({known})")
     assert not failures, "\n".join(f"{key}: {why}" for key, why in failures.items())
+
+
+# ops whose output is not a function of the inputs: not compiled at all
+UNCHECKABLE = {
+    "empty": "uninitialized memory: nothing to compare",
+    "empty_like": "uninitialized memory: nothing to compare",
+}
+
+
+class BackendSuite:
+    """The OpInfo ops with a decomposition through one compile path (C++ or Triton), float32 and
+    bfloat16: the parametrized cases, each one's verdict, and the summary line.
+
+        SUITE = BackendSuite(samples_per_op=4, ops_per_batch=16, options={})
+        @pytest.mark.parametrize("case", SUITE.cases, ids=SUITE.ids)
+        def test_opinfo_cpp(case): SUITE.check(case)
+    """
+
+    DTYPES = (torch.float32, torch.bfloat16)
+
+    def __init__(self, samples_per_op: int, ops_per_batch: int, options: dict, device: str = "cpu",
+                 known_failures: dict[tuple[str, torch.dtype | None], str] | None = None):
+        import opinfo_util
+        self.known_failures = dict(known_failures or {})     # (op id, dtype or None for all) -> why
+        self.run = BatchedRun(opinfo_util.decomposed_opinfos(), samples_per_op, ops_per_batch, options=options,
+                              skip=lambda name, dtype: name in UNCHECKABLE, device=device)
+        self.cases = [(info, dtype) for info, _ in self.run.opinfos for dtype in self.DTYPES
+                      if dtype in info.supported_dtypes(device)]
+        self.ids = [f"{op_id(info)}-{str(dtype)[6:]}" for info, dtype in self.cases]
+
+    def known_failure(self, name: str, dtype: torch.dtype) -> str | None:
+        return self.known_failures.get((name, dtype)) or self.known_failures.get((name, None))
+
+    def check(self, case: tuple[Any, torch.dtype]) -> None:
+        import pytest
+        info, dtype = case
+        name = op_id(info)
+        if name in UNCHECKABLE:
+            pytest.xfail(UNCHECKABLE[name])
+        check_op(self.run, info, dtype, self.known_failure(name, dtype))
+
+    def summary(self) -> str:
+        return summarize(self.run, self.cases, self.known_failure, UNCHECKABLE)

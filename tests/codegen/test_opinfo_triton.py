@@ -24,42 +24,21 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import opinfo_batch
-import opinfo_util
 
 if DEVICE == "cuda" and not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
-SAMPLES_PER_OP = 3
-OPS_PER_BATCH = 16
-DTYPES = (torch.float32, torch.bfloat16)
-
-UNCHECKABLE = {
-    "empty": "uninitialized memory: nothing to compare",
-    "empty_like": "uninitialized memory: nothing to compare",
-}
 # (op id, dtype or None for all) -> why it fails today
 KNOWN_FAILURES: dict[tuple[str, torch.dtype | None], str] = {}
-
-RUN = opinfo_batch.BatchedRun(opinfo_util.decomposed_opinfos(), SAMPLES_PER_OP, OPS_PER_BATCH,
-                              options={"cpu_backend": "triton"}, skip=lambda name, dtype: name in UNCHECKABLE,
-                              device=DEVICE)
-_CASES = [(info, dtype) for info, _ in RUN.opinfos for dtype in DTYPES if dtype in info.supported_dtypes(DEVICE)]
+SUITE = opinfo_batch.BackendSuite(samples_per_op=3, ops_per_batch=16, options={"cpu_backend": "triton"},
+                                  device=DEVICE, known_failures=KNOWN_FAILURES)
 
 
-def known_failure(name: str, dtype: torch.dtype) -> str | None:
-    return KNOWN_FAILURES.get((name, dtype)) or KNOWN_FAILURES.get((name, None))
-
-
-@pytest.mark.parametrize("case", _CASES, ids=[f"{opinfo_batch.op_id(i)}-{str(d)[6:]}" for i, d in _CASES])
+@pytest.mark.parametrize("case", SUITE.cases, ids=SUITE.ids)
 def test_opinfo_triton(case) -> None:
-    info, dtype = case
-    name = opinfo_batch.op_id(info)
-    if name in UNCHECKABLE:
-        pytest.xfail(UNCHECKABLE[name])
-    opinfo_batch.check_op(RUN, info, dtype, known_failure(name, dtype))
+    SUITE.check(case)
 
 
 def test_opinfo_triton_summary() -> None:
     """Prints ops / cases run and passed (pytest -s shows it; run after the parametrized tests)."""
-    summary = opinfo_batch.summarize(RUN, _CASES, known_failure, UNCHECKABLE)
-    print(f"\nOpInfo through the Triton backend ({DEVICE}): {summary}")
+    print(f"\nOpInfo through the Triton backend ({DEVICE}): {SUITE.summary()}")
