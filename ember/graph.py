@@ -30,7 +30,7 @@ import dataclasses
 import itertools
 import keyword
 import operator
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -99,6 +99,27 @@ def contiguous_strides(shape: Iterable[Size]) -> tuple[Size, ...]:
         strides.append(running)
         running = running * (size if size != 0 else 1)
     return tuple(reversed(strides))
+
+
+def is_dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free)."""
+    expected = 1
+    for st, size in sorted((st, size) for st, size in zip(stride, shape) if size != 1):
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def dense_in_order(shape: Sequence[int], stride: Sequence[int], order: Sequence[int]) -> bool:
+    """Dense with dims ``order`` from slowest to fastest (size-1 dims free)."""
+    expected = 1
+    for dim in reversed(tuple(order)):
+        if shape[dim] != 1:
+            if stride[dim] != expected:
+                return False
+            expected *= shape[dim]
+    return True
 
 
 class Node:

@@ -162,12 +162,7 @@ def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[s
     buffer stays referenced by its first owner until that buffer is made.  Never released:
     inputs, scalars and anything returned (outputs, bases of output views)."""
     program = sched.program
-    keep: set[str] = set()
-    for value in program.outputs:
-        if isinstance(value, str):
-            keep.add(value)
-        elif isinstance(value, ir.OutputView):
-            keep.add(value.base)
+    keep = program.returned_buffers()
     last: dict[str, int] = {}
     made: dict[str, int] = {}
     for position, step in enumerate(sched.steps):
@@ -220,12 +215,7 @@ def _persistent_allocations(sched: Schedule, device: str) -> list[str]:
     (it could keep or return an alias), and any storage shared with those."""
     if device not in PERSISTENT_DEVICES:
         return []
-    exposed: set[str] = set()
-    for value in sched.program.outputs:
-        if isinstance(value, str):
-            exposed.add(value)
-        elif isinstance(value, ir.OutputView):
-            exposed.add(value.base)
+    exposed = sched.program.returned_buffers()
     for step in sched.steps:
         if isinstance(step, ExternCall):
             exposed |= step.node.reads()

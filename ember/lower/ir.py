@@ -741,6 +741,11 @@ class LoopProgram:
     num_inputs: int
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def returned_buffers(self) -> set[str]:
+        """The buffers the caller gets: outputs and the bases of output views."""
+        return {out if isinstance(out, str) else out.base for out in self.outputs
+                if isinstance(out, (str, OutputView))}
+
     def users(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {name: [] for name in self.nodes}
         for node in self.nodes.values():

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, tree_leaves, tree_map
+from ember.graph import Graph, Node, TensorMeta, dense_in_order, is_dense, tree_leaves, tree_map
 from ember.lower import ir, lower_indexing
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
 from ember.prims.primitives import BINARY, UNARY, Prim, is_prim
@@ -102,7 +102,7 @@ class _Lowering:
                     not all(isinstance(st, int) for st in meta.stride):
                 continue
             stride = tuple(int(st) for st in meta.stride)
-            if stride != ir.contiguous_strides(loop.shape) and _dense_strides(loop.shape, stride):
+            if stride != ir.contiguous_strides(loop.shape) and is_dense(loop.shape, stride):
                 self.layouts[name] = stride
             elif self.channels_last and isinstance(loop, ir.Pointwise) and self.reads_channels_last(loop):
                 self.layouts[name] = _channels_last_strides(loop.shape)
@@ -263,7 +263,7 @@ class _Lowering:
                     continue
                 target = _channels_last_strides(shape)
             elif requirement == "dense":
-                if _dense_strides(shape, strides):
+                if is_dense(shape, strides):
                     continue
                 target = _dense_like(shape, strides)
             else:
@@ -340,7 +340,7 @@ class _Lowering:
             return meta
         shape, strides = layout
         channels_last = _dense_like(shape, strides)
-        if _is_channels_last(shape, channels_last) and not _dense_in_order(shape, strides, (0, 1, 2, 3)):
+        if _is_channels_last(shape, channels_last) and not dense_in_order(shape, strides, (0, 1, 2, 3)):
             return dataclasses.replace(meta, stride=_channels_last_strides(tuple(int(s) for s in meta.shape)))
         return meta
 
@@ -466,18 +466,8 @@ EXTERN_ARGUMENT_LAYOUTS: dict[Any, dict[str, tuple[int, str]]] = {
 }
 
 
-def _dense_in_order(shape: tuple[int, ...], stride: tuple[int, ...], order: tuple[int, ...]) -> bool:
-    expected = 1
-    for dim in reversed(order):
-        if shape[dim] != 1:
-            if stride[dim] != expected:
-                return False
-            expected *= shape[dim]
-    return True
-
-
 def _is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    return len(shape) == 4 and _dense_in_order(shape, stride, (0, 2, 3, 1))
+    return len(shape) == 4 and dense_in_order(shape, stride, (0, 2, 3, 1))
 
 
 def _same_strides(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -613,16 +603,6 @@ def _assumed_strides(node: ir.LoopNode, layouts: dict[str, tuple[int, ...]] | No
     if layouts and node.name in layouts:
         return layouts[node.name]
     return ir.contiguous_strides(node.shape)
-
-
-def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    """Non-overlapping and dense (a permutation of a contiguous layout)."""
-    expected = 1
-    for st, size in sorted((st, size) for st, size in zip(stride, shape) if size != 1):
-        if st != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _describe(node: Node) -> str:

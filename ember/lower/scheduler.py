@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from ember.graph import is_dense
 from ember.graph import tree_leaves as _tree_leaves
 from ember.lower import ir
 from ember.lower.ir import Expr, Index, Load, Var
@@ -145,11 +146,7 @@ class _Scheduler:
     def _forced_buffers(self) -> set[str]:
         forced = {name for name, node in self.nodes.items()
                   if isinstance(node, (ir.InputBuffer, ir.ExternOutput))}
-        for out in self.program.outputs:
-            if isinstance(out, str):
-                forced.add(out)
-            elif isinstance(out, ir.OutputView):
-                forced.add(out.base)
+        forced |= self.program.returned_buffers()
         for node in self.nodes.values():
             if isinstance(node, ir.Extern):
                 forced |= node.reads()
@@ -444,7 +441,7 @@ class _Scheduler:
                     layout = layouts.get(name) or _contiguous(node.shape)
                     if name in outputs:
                         stride = self.program.output_strides[outputs[name]]
-                        if stride is None or not _dense_strides(node.shape, stride) or name in self.view_bases:
+                        if stride is None or not is_dense(node.shape, stride) or name in self.view_bases:
                             # an Extern views it with strides that lowering derived for this layout
                             stride = layout
                         plans[name] = BufferPlan(name, node.shape, tuple(stride), node.dtype, "output", allocation=name)
@@ -546,17 +543,6 @@ def _merge_outer_steps(steps: list[LoopStep]) -> list[LoopStep]:
 
 
 _contiguous = ir.contiguous_strides
-
-
-def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    """Non-overlapping and dense (a permutation of a contiguous layout)."""
-    dims = sorted((s, n) for s, n in zip(stride, shape) if n != 1)
-    expected = 1
-    for s, n in dims:
-        if s != expected:
-            return False
-        expected *= n
-    return True
 
 
 # elementwise ops that call a libm function (tens of cycles each, vectorized or not)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, target_name, tree_map
+from ember.graph import Graph, Node, TensorMeta, is_dense, target_name, tree_map
 from ember.prims import functionalize as F
 from ember.prims import ops
 from ember.prims.primitives import Prim
@@ -190,14 +190,7 @@ class _Converter:
 def _dense(meta: TensorMeta) -> bool:
     """Non-overlapping and dense (a permutation of a contiguous layout), with int sizes."""
     sizes, strides = tuple(meta.shape), tuple(meta.stride)
-    if not all(isinstance(v, int) for v in sizes + strides):
-        return False
-    expected = 1
-    for stride, size in sorted((st, sz) for st, sz in zip(strides, sizes) if sz != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return all(isinstance(v, int) for v in sizes + strides) and is_dense(sizes, strides)
 
 
 def _functional_variant(target: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import Size, TensorMeta, contiguous_strides
+from ember.graph import Size, TensorMeta, contiguous_strides, dense_in_order
 from ember.prims import primitives as P
 
 BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
@@ -99,26 +99,15 @@ def elementwise_strides(shape: Sequence[Size], inputs: Sequence[TensorMeta]) -> 
     return tuple(strides)
 
 
-def _dense_in_order(shape: tuple[int, ...], stride: tuple[int, ...], order: Sequence[int]) -> bool:
-    """Whether the layout is dense with dims `order` from slowest to fastest (size-1 dims free)."""
-    expected = 1
-    for dim in reversed(tuple(order)):
-        if shape[dim] != 1:
-            if stride[dim] != expected:
-                return False
-            expected *= shape[dim]
-    return True
-
-
 def _fast_setup_strides(shape: tuple[int, ...], inputs: Sequence[TensorMeta]) -> tuple[int, ...] | None:
     """TensorIterator's fast path: all operands of the output's shape and all contiguous /
     all channels-last / all dense with equal strides -> that layout."""
     if any(tuple(m.shape) != shape for m in inputs):
         return None
     ndim = len(shape)
-    if all(_dense_in_order(shape, tuple(m.stride), range(ndim)) for m in inputs):
+    if all(dense_in_order(shape, tuple(m.stride), range(ndim)) for m in inputs):
         return contiguous_strides(shape)
-    if ndim == 4 and all(_dense_in_order(shape, tuple(m.stride), (0, 2, 3, 1)) for m in inputs):
+    if ndim == 4 and all(dense_in_order(shape, tuple(m.stride), (0, 2, 3, 1)) for m in inputs):
         strides = [0] * 4
         running = 1
         for dim in (1, 3, 2, 0):
@@ -128,7 +117,7 @@ def _fast_setup_strides(shape: tuple[int, ...], inputs: Sequence[TensorMeta]) ->
     first = tuple(inputs[0].stride)
     if all(tuple(m.stride) == first for m in inputs):
         order = sorted(range(ndim), key=lambda d: (-first[d], -shape[d]))
-        if _dense_in_order(shape, first, order):
+        if dense_in_order(shape, first, order):
             return first
     return None
 
