@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs ember and compiles a small transformer block: eager vs compiled time, max error.
+# Installs ember into a project-local virtual environment (.venv) and compiles a small transformer block:
+# eager vs compiled time, max error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q torch==2.13.0
-python3 -m pip install -q -e .
-python3 benchmarks/demo.py
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q -e .
+.venv/bin/python benchmarks/demo.py

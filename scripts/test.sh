@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs ember with its test dependencies and runs the test suite.
+# Installs ember with its test dependencies into a project-local virtual environment (.venv) and runs the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q torch==2.13.0
-python3 -m pip install -q -e ".[test]"
-python3 -m pytest tests -p no:cacheprovider
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pytest tests -p no:cacheprovider "$@"
