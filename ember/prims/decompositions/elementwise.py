@@ -255,10 +255,16 @@ for _name, _extra in {
 
 
 # ----------------------------------------------------------- ternary and clamps
-@register(torch.where, T.where)
+@register(torch.where)
 def where(condition: Value, x: Any = None, other: Any = None) -> Any:
     if x is None and other is None:
         return ops.extern(torch.where, condition)  # the 1-arg form is nonzero: data-dependent shape
+    return ops.where(condition, x, other)
+
+
+@register(T.where)
+def where_method(x: Value, condition: Value, other: Any) -> Any:
+    # x.where(cond, other) is torch.where(cond, x, other): self is the value kept where cond holds
     return ops.where(condition, x, other)
 
 
