@@ -7,10 +7,19 @@ graph and a generated epilogue that rebuilds the return value and replays
 Python-side mutation.  A frame that hit a graph break is cached as an *eager*
 entry under the guards collected up to the break, so it is not re-captured on
 every call.
+
+Thread safety: hits read ``self.entries`` without a lock (the list is replaced, never
+changed in place); a miss takes the function's lock, looks at the entries again
+(another thread may have compiled them meanwhile) and captures at most once.
+
+User errors: a frame whose capture fails runs eagerly, so eager raises its own
+exception; ember's frames are cut from its traceback (EMBER_LOGS=all keeps them).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
 import time
 import warnings
 import weakref
@@ -18,9 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import config
-from ..debug.logs import enabled, log
+from ..debug.logs import CHANNELS, enabled, log
 from ..errors import CompileError, Unsupported
 from ..graph import Graph
+from .autocast import run_without_autocast
 from .frame import FrameSpec, capture_frame
 from .session import CaptureSession
 
@@ -45,6 +55,14 @@ class CacheEntry:
     compiled: Callable | None  # None: run the frame eagerly (graph break)
     epilogue: Callable | None  # epilogue(L, G, outputs) -> the user's return value
     guard_source: str = ""
+    # device types whose autocast was on when the entry was captured (guarded): the graph holds
+    # explicit casts and must run with those autocasts off, or they would cast again
+    autocast_devices: tuple[str, ...] = ()
+
+    def run(self, inputs: tuple) -> Any:
+        if self.autocast_devices:
+            return run_without_autocast(self.autocast_devices, self.compiled, inputs)
+        return self.compiled(*inputs)
 
     def failed_guard(self, result: int) -> str:
         if 0 <= result < len(self.guard_texts):
@@ -62,9 +80,10 @@ class CapturedFunction:
         self.backend = backend
         self.fullgraph = fullgraph
         self._cache_size_limit = cache_size_limit
-        self.entries: list[CacheEntry] = []
+        self.entries: list[CacheEntry] = []   # replaced, never mutated in place (lock-free hits)
         self.events: list[CaptureEvent] = []
         self._warned_limit = False
+        self._lock = threading.RLock()  # re-entrant: an eager run may call this function again
         _ALL.add(self)
 
     @property
@@ -73,61 +92,96 @@ class CapturedFunction:
 
     def reset(self) -> None:
         """Drop compiled entries and events; the next call captures again."""
-        self.entries.clear()
+        self.entries = []
         self.events.clear()
         self._warned_limit = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        spec = self.spec
         try:
-            L = spec.bind(args, kwargs)
-        except TypeError:
-            return spec.call_eagerly(args, kwargs)  # the same error eager raises
-        G = spec.globals
-        failures: list[tuple[CacheEntry, int]] = []
-        for entry in self.entries:
-            result = entry.guard(L, G)
-            if type(result) is tuple:
-                if entry.compiled is None:
-                    return spec.call_eagerly(args, kwargs)
-                return entry.epilogue(L, G, entry.compiled(*result))
-            failures.append((entry, result))
-        return self._miss(L, args, kwargs, failures)
+            spec = self.spec
+            try:
+                L = spec.bind(args, kwargs)
+            except TypeError:
+                return spec.call_eagerly(args, kwargs)  # the same error eager raises
+            G = spec.globals
+            failures: list[tuple[CacheEntry, int]] = []
+            for entry in self.entries:
+                result = entry.guard(L, G)
+                if type(result) is tuple:
+                    if entry.compiled is None:
+                        return spec.call_eagerly(args, kwargs)
+                    return entry.epilogue(L, G, entry.run(result))
+                failures.append((entry, result))
+            return self._miss(L, args, kwargs, failures)
+        except Exception as error:
+            # the user's own error (eager raised it, or the compiled code did): show the user's
+            # frames, not ember's 40-120 lines of interpreter internals
+            if not isinstance(error, CompileError) and not _keep_ember_frames():
+                error.__traceback__ = _without_ember_frames(error.__traceback__)
+            raise
 
     # ------------------------------------------------------------------ misses
     def _miss(self, L: dict, args: tuple, kwargs: dict, failures: list[tuple[CacheEntry, int]]) -> Any:
-        reason = None
-        if failures:
-            entry, result = failures[0]
-            reason = f"{self.spec.name}: guard failed: {entry.failed_guard(result)}"
-            log("recompiles", reason)
-        if len(self.entries) >= self.cache_size_limit:
-            if not self._warned_limit:
-                self._warned_limit = True
-                warnings.warn(f"ember: {self.spec.name} hit the cache size limit ({self.cache_size_limit}); "
-                              f"running it eagerly from now on. The guard that kept failing: "
-                              f"{failures[0][0].failed_guard(failures[0][1]) if failures else '?'}", stacklevel=3)
+        with self._lock:
+            # another thread may have compiled a matching entry while this one waited
+            known = {id(entry) for entry, _ in failures}
+            for entry in self.entries:
+                if id(entry) in known:
+                    continue
+                result = entry.guard(L, self.spec.globals)
+                if type(result) is tuple:
+                    return self._run_entry(entry, L, args, kwargs, result)
+                failures.append((entry, result))
+            reason = None
+            if failures:
+                entry, result = failures[0]
+                reason = f"{self.spec.name}: guard failed: {entry.failed_guard(result)}"
+                log("recompiles", reason)
+            if len(self.entries) >= self.cache_size_limit:
+                if not self._warned_limit:
+                    self._warned_limit = True
+                    warnings.warn(f"ember: {self.spec.name} hit the cache size limit ({self.cache_size_limit}); "
+                                  f"running it eagerly from now on. The guard that kept failing: "
+                                  f"{failures[0][0].failed_guard(failures[0][1]) if failures else '?'}",
+                                  stacklevel=4)
+                entry = None
+            else:
+                entry, inputs = self._capture(L, reason)
+        # run outside the lock: other threads' hits and misses need not wait for this call
+        if entry is None:
             return self.spec.call_eagerly(args, kwargs)
-        return self._capture_and_run(L, args, kwargs, reason)
+        if isinstance(entry, _EagerThenFail):
+            self.spec.call_eagerly(args, kwargs)  # raises the user's error, as eager does
+            raise entry.error
+        return self._run_entry(entry, L, args, kwargs, inputs)
 
-    def _capture_and_run(self, L: dict, args: tuple, kwargs: dict, recompile_reason: str | None) -> Any:
+    def _run_entry(self, entry: CacheEntry, L: dict, args: tuple, kwargs: dict, inputs: tuple) -> Any:
+        if entry.compiled is None:
+            return self.spec.call_eagerly(args, kwargs)
+        return entry.epilogue(L, self.spec.globals, entry.run(inputs))
+
+    def _capture(self, L: dict, recompile_reason: str | None) -> tuple[CacheEntry | None, tuple]:
+        """Capture and compile one entry (added to the cache); None: run this call eagerly."""
         started = time.perf_counter()
         session = CaptureSession(self.spec.globals)
+        failure: Unsupported | None = None
         try:
             result_value = capture_frame(self.spec, L, session)
             session.add_no_alias_guard()
             epilogue = session.finalize(result_value)
         except Unsupported as error:
-            return self._graph_break(session, error, args, kwargs, recompile_reason, started)
+            failure = error
         except CompileError:
             raise
         except Exception as error:  # a bug in capture: never let it change the program's result
             if self.fullgraph:
                 raise CompileError(f"capture failed: {type(error).__name__}: {error}", stage="capture",
                                    source_line=session.current_line() if session else "") from error
-            wrapped = Unsupported(f"internal capture error {type(error).__name__}: {error}",
+            failure = Unsupported(f"internal capture error {type(error).__name__}: {error}",
                                   session.current_line() if session else "")
-            return self._graph_break(session, wrapped, args, kwargs, recompile_reason, started, cache=False)
+            failure.cacheable = False
+        if failure is not None:  # outside the except block: an eager error must not chain to it
+            return self._graph_break(session, failure, recompile_reason, started), ()
 
         graph = session.graph
         guard_fn, guard_source = session.guards.build(session.placeholder_sources)
@@ -136,31 +190,82 @@ class CapturedFunction:
             log("graph", f"{self.spec.name}\n{graph}")
         if enabled("guards"):
             log("guards", f"{self.spec.name}\n" + "\n".join(texts))
-        compiled = self.backend(graph, list(session.example_inputs))
-        entry = CacheEntry(guard_fn, texts, compiled, epilogue, guard_source)
-        self.entries.insert(0, entry)
+        autocast_devices = session.autocast.entry_enabled_devices()
+        if session.needs_eager_autograd():
+            compiled = _eager_graph(graph)
+        elif autocast_devices:  # the backend may run ops while compiling (autotuning, checks)
+            compiled = run_without_autocast(autocast_devices, self.backend, (graph, list(session.example_inputs)))
+        else:
+            compiled = self.backend(graph, list(session.example_inputs))
+        entry = CacheEntry(guard_fn, texts, compiled, epilogue, guard_source, autocast_devices)
+        self.entries = [entry] + self.entries
         self.events.append(CaptureEvent(graph, compiled, texts, recompile_reason=recompile_reason,
                                         capture_seconds=time.perf_counter() - started))
-        outputs = compiled(*session.example_inputs)
-        return epilogue(L, self.spec.globals, outputs)
+        return entry, tuple(session.example_inputs)
 
-    def _graph_break(self, session: Any, error: Unsupported, args: tuple, kwargs: dict,
-                     recompile_reason: str | None, started: float, cache: bool = True) -> Any:
+    def _graph_break(self, session: Any, error: Unsupported, recompile_reason: str | None,
+                     started: float) -> CacheEntry | None:
+        """Record a break; the returned eager entry (None: not cached) runs the frame natively."""
         location = error.source_line or None
         if self.fullgraph:
-            raise CompileError(f"cannot capture {self.spec.name}: {error.reason}", stage="capture",
-                               op=error.reason, source_line=error.source_line,
-                               hint=error.hint or "remove fullgraph=True to run this frame eagerly")
+            failure = CompileError(f"cannot capture {self.spec.name}: {error.reason}", stage="capture",
+                                   op=error.reason, source_line=error.source_line,
+                                   hint=error.hint or "remove fullgraph=True to run this frame eagerly")
+            if getattr(error, "eager_may_raise", False):
+                return _EagerThenFail(failure)  # a user error: eager's own exception is the answer
+            raise failure
         log("graph_breaks", f"{self.spec.name}: {error.reason} at {location}")
         texts: list[str] = []
-        if session is not None and cache:
+        entry = None
+        if session is not None and getattr(error, "cacheable", True):
             # the decision to run eagerly depends only on what was guarded before the break
             guard_fn, guard_source = session.guards.build([])
             texts = session.guards.texts()
-            self.entries.insert(0, CacheEntry(guard_fn, texts, None, None, guard_source))
+            entry = CacheEntry(guard_fn, texts, None, None, guard_source)
+            self.entries = [entry] + self.entries
         self.events.append(CaptureEvent(None, None, texts, error.reason, location, recompile_reason,
                                         time.perf_counter() - started))
-        return self.spec.call_eagerly(args, kwargs)
+        return entry
+
+
+@dataclasses.dataclass
+class _EagerThenFail:
+    """fullgraph=True and capture failed where eager may raise: run eagerly so that eager's
+    exception reaches the user; if eager does not raise, the break is a CompileError."""
+
+    error: CompileError
+
+
+def _eager_graph(graph: Graph) -> Callable:
+    """The captured graph run op by op (autograd records it exactly as eager would)."""
+    fn = graph.as_callable()
+    fn.stats = {"kernel_count": 0, "extern_count": 0}
+    return fn
+
+
+_EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _keep_ember_frames() -> bool:
+    return all(enabled(channel) for channel in CHANNELS)  # EMBER_LOGS=all
+
+
+def _without_ember_frames(tb: Any) -> Any:
+    """The traceback minus frames of ember's own files and generated code (guards, epilogues)."""
+    frames, last = [], None
+    while tb is not None:
+        last = tb
+        filename = tb.tb_frame.f_code.co_filename
+        if not (filename.startswith(_EMBER_DIR) or filename.startswith("<ember")):
+            frames.append(tb)
+        tb = tb.tb_next
+    if not frames:  # raised by ember's own code: keep the innermost frame
+        return last
+    # relink the kept frames (tb_next is writable since Python 3.7)
+    for current, following in zip(frames, frames[1:]):
+        current.tb_next = following
+    frames[-1].tb_next = None
+    return frames[0]
 
 
 def compile_function(fn: Any, *, backend: Callable, fullgraph: bool = False,

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import objects, tensor_ops
+from . import autocast, objects, tensor_ops
 from . import values as V
 from .inline import inline_function_value, inline_real_function
 from .objects import InstanceValue
@@ -83,8 +83,8 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
         from .builtins import call_container_method
         return call_container_method(tx, callee.self_value, callee.name, args, kwargs)
     if isinstance(callee, V.ContextExitValue):
-        from .operations import exit_grad_mode
-        exit_grad_mode(tx, callee.manager)
+        from .operations import exit_context
+        exit_context(tx, callee.manager)
         return V.NONE
     if isinstance(callee, V.ModuleValue):
         from .modules import call_module
@@ -114,6 +114,8 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         return BUILTIN_HANDLERS[fn](tx, args, kwargs)
     if _hashable(fn) and fn in _COMPILE_STATE_QUERIES:
         return V.ConstantValue(_COMPILE_STATE_QUERIES[fn])
+    if _hashable(fn) and fn in autocast.QUERIES:  # answered from the traced autocast state
+        return autocast.answer_query(tx, fn, args, kwargs)
     if _hashable(fn) and fn in _GUARDED_TORCH_QUERIES:
         return _guarded_state_query(tx, fn, args, kwargs)
     if _hashable(fn) and fn in _MODULE_CALL_ENTRIES and args and isinstance(args[0], V.ModuleValue):
@@ -216,8 +218,8 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
                 raise tx.unsupported("torch.set_grad_enabled(...) outside a with-block")
             return V.GradModeValue(bool(enabled))
         return V.GradModeValue(cls is torch.enable_grad)
-    if cls is torch.autocast or (isinstance(cls, type) and issubclass(cls, torch.autocast)):
-        raise tx.unsupported("torch.autocast inside a compiled function", "compile inside the autocast region")
+    if autocast.is_autocast_class(cls):
+        return autocast.make_autocast(tx, cls, args, kwargs)
     if cls in _TORCH_PURE_QUERIES:
         return call_builtin_pure(tx, cls, args, kwargs)
     if cls is functools.partial:

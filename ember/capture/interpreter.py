@@ -24,6 +24,7 @@ from ..errors import Unsupported
 from . import calls
 from . import operations as ops
 from . import values as V
+from .autocast import AutocastValue
 from .sources import cell_source, global_source
 
 PY312 = sys.version_info >= (3, 12)
@@ -148,7 +149,7 @@ class InstructionTranslator:
         finally:
             self.session.line_stack.pop()
             for context in reversed(self.active_contexts):  # an exit we never reached (break)
-                ops.exit_grad_mode(self, context)
+                ops.exit_context(self, context)
 
     def jump_target(self, inst: dis.Instruction) -> int:
         return inst.argval
@@ -498,10 +499,10 @@ class InstructionTranslator:
     def LOAD_ASSERTION_ERROR(self, inst):
         raise self.unsupported("assert that fails during capture")
 
-    # ------------------------------------------------------------ with blocks (grad mode only)
+    # ------------------------------------------------------------ with blocks (grad mode, autocast, Python managers)
     def BEFORE_WITH(self, inst):
         manager = self.pop()
-        if not isinstance(manager, V.GradModeValue):
+        if not isinstance(manager, (V.GradModeValue, AutocastValue)):
             # a context manager written in Python (contextlib.nullcontext, a user class): inline
             # __enter__ now; the bytecode calls the pushed __exit__(None, None, None) on normal exit
             enter = ops.get_attr(self, manager, "__enter__") if _has_python_enter_exit(manager) else None
@@ -513,10 +514,11 @@ class InstructionTranslator:
             self.push(exit_method)
             self.push(result)
             return
-        ops.enter_grad_mode(self, manager)
+        ops.enter_context(self, manager)
         self.active_contexts.append(manager)
         self.push(V.ContextExitValue(manager))
-        self.push(V.NONE)
+        # `with torch.autocast(...) as ac:` binds the manager; grad-mode managers return None
+        self.push(manager if isinstance(manager, AutocastValue) else V.NONE)
 
     # ------------------------------------------------------------ calls
     def CALL(self, inst):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from . import objects, tensor_ops
+from . import autocast, objects, tensor_ops
 from . import values as V
 from .sources import AttrSource, ItemSource
 
@@ -436,7 +436,23 @@ def set_attr(tx: Any, obj: V.Value, name: str, value: V.Value) -> None:
     tx.session.record_setattr(obj, name, value)
 
 
-# ---------------------------------------------------------------- grad mode
+# ---------------------------------------------------------------- grad mode and autocast
+def enter_context(tx: Any, manager: V.Value) -> None:
+    if isinstance(manager, autocast.AutocastValue):
+        autocast.enter(tx, manager)
+    else:
+        enter_grad_mode(tx, manager)
+
+
+def exit_context(tx: Any, manager: V.Value) -> None:
+    if isinstance(manager, autocast.AutocastValue):
+        autocast.exit(tx, manager)
+        if manager in tx.active_contexts:
+            tx.active_contexts.remove(manager)
+    else:
+        exit_grad_mode(tx, manager)
+
+
 def enter_grad_mode(tx: Any, manager: V.GradModeValue) -> None:
     session = tx.session
     manager.previous = session.grad_enabled

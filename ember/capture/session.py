@@ -19,7 +19,7 @@ import torch
 
 from ..errors import Unsupported
 from ..graph import Graph, TensorMeta
-from . import objects
+from . import autocast, objects
 from . import values as V
 from .guards import CodeNamespace, GuardSet, add_tensor_guard, add_value_guard
 from .sources import AttrSource, ItemSource, Source
@@ -47,7 +47,23 @@ class CaptureSession:
         self.attr_mutations: dict[int, tuple[V.Value, dict[str, V.Value]]] = {}
         self.mutable_containers: list[V.Value] = []  # sourced lists/dicts (replayed if mutated)
         self.line_stack: list[Any] = []                # interpreters, innermost last (for file:line)
+        self.entry_grad_enabled = self.grad_enabled
         self.guards.add(None, "torch.is_grad_enabled() is {grad}", grad=self.grad_enabled)
+        # factories and Python-scalar promotion (int tensor * 1.5) follow the default dtype
+        self.guards.add(None, "torch.get_default_dtype() is {dtype}", dtype=torch.get_default_dtype())
+        self.autocast = autocast.AutocastState(self.guards)
+
+    def needs_eager_autograd(self) -> bool:
+        """A graph entered with grad off that computes tensors requiring grad (an enable_grad()
+        region): the backend has no autodiff yet and looks only at the grad mode at entry, so
+        such a graph runs op by op, where autograd records exactly what eager records."""
+        if self.entry_grad_enabled:
+            return False  # the backend sees grad on and inputs requiring grad: eager graph
+        for node in self.graph.call_nodes():
+            metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+            if any(isinstance(m, TensorMeta) and m.requires_grad for m in metas):
+                return True
+        return False
 
     # ------------------------------------------------------------- locations
     def current_line(self) -> str:
@@ -91,6 +107,9 @@ class CaptureSession:
         if isinstance(value, enum.Enum):
             guards.add(source, "{v} is {value}", value=value)
             return V.ConstantValue(value, source)
+        if isinstance(value, torch.autocast):  # e.g. the instance in @torch.autocast(...)'s closure
+            guards.add(source, "{v} is {obj}", obj=value)
+            return autocast.from_real(value)
         if isinstance(value, torch.nn.Module):
             # the exact class too: ``__class__`` can be reassigned, and capture inlined this class's
             # forward and read its parameters straight from their dicts (modules.py)

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import Unsupported
 from ..graph import TensorMeta, target_name
+from . import autocast
 from . import values as V
 
 # torch callables that make tensors from Python values alone
@@ -166,6 +167,18 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
                           "keep the value as a tensor, or move this outside the compiled function")
     if "out" in kwargs:
         raise Unsupported(f"{op_name}(out=...) inside a compiled function", line)
+    if session.autocast.any_enabled():  # eager's autocast casts, as explicit nodes
+        args, kwargs = autocast.apply_casts(session, target, list(args), dict(kwargs),
+                                            lambda value, dtype: _record_cast(session, value, dtype))
+    return _record(session, target, args, kwargs, name, line, op_name)
+
+
+def _record_cast(session: Any, value: V.TensorValue, dtype: torch.dtype) -> V.Value:
+    return _record(session, torch.Tensor.to, [value, V.ConstantValue(dtype)], {}, None, session.current_line(), "to")
+
+
+def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[str, V.Value],
+            name: str | None, line: str, op_name: str) -> V.Value:
     graph_args = tuple(to_graph_arg(a) for a in args)
     graph_kwargs = {k: to_graph_arg(v) for k, v in kwargs.items()}
     inputs: list[V.TensorValue] = []
@@ -184,16 +197,19 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
         try:
             with torch.set_grad_enabled(session.grad_enabled):
                 meta_result = target(*meta_args, **meta_kwargs)
-        except Exception as error:  # the meta kernel is missing, or the op needs data
-            raise Unsupported(f"{op_name} could not be evaluated on meta tensors "
-                              f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
-                              line, "this op is data-dependent or has no meta kernel") from None
+        except Exception as error:  # a user error (shapes, dtypes), a missing meta kernel, or data needed
+            failure = Unsupported(f"{op_name} could not be evaluated on meta tensors "
+                                  f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+                                  line, "this op is data-dependent or has no meta kernel")
+            failure.eager_may_raise = True  # run eagerly: eager raises the user's error itself
+            raise failure from None
     if cache_key is not None and cached is None and (isinstance(meta_result, torch.Tensor) or isinstance(
             meta_result, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in meta_result)):
         if len(_META_CACHE) > 4096:
             _META_CACHE.clear()
         _META_CACHE[cache_key] = meta_result
     device = _device_of_output(target, graph_args, graph_kwargs, inputs)
+    _check_devices(op_name, inputs, device, line)
     in_place = _is_in_place(target, graph_kwargs)
 
     if isinstance(meta_result, torch.Tensor):
@@ -260,6 +276,29 @@ def _meta_key_of(value: Any) -> Any:
     if isinstance(value, V.ObjectValue) and isinstance(value.obj, (torch.dtype, torch.device)):
         return ("C", type(value.obj), value.obj)
     raise _NotCacheable
+
+
+# ops that take tensors on several devices in eager (a copy across devices, CPU index tensors)
+_CROSS_DEVICE_OPS = {"to", "copy_", "type_as", "getitem", "setitem", "index_put_", "index_put", "index",
+                     "cpu", "cuda", "new_tensor", "new_empty", "new_zeros", "new_ones", "new_full"}
+
+
+def _check_devices(op_name: str, inputs: list[V.TensorValue], device: torch.device, line: str) -> None:
+    """Device errors eager raises (no CUDA, tensors on different devices): eager runs the frame and
+    raises them itself; capture must not build a graph from them."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        failure = Unsupported(f"{op_name} on a CUDA device without CUDA", line)
+        failure.eager_may_raise = True
+        raise failure
+    if op_name in _CROSS_DEVICE_OPS or len(inputs) < 2:
+        return
+    # CPU 0-dim tensors mix with any device in eager (they are read as scalars)
+    devices = {t.meta.device for t in inputs if not (t.meta.device.type == "cpu" and t.meta.ndim == 0)}
+    if len(devices) > 1:
+        failure = Unsupported(f"{op_name} on tensors on different devices "
+                              f"({', '.join(sorted(str(d) for d in devices))})", line)
+        failure.eager_may_raise = True
+        raise failure
 
 
 def _note_mutation(session: Any, value: V.TensorValue) -> None:
