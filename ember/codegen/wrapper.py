@@ -65,6 +65,7 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     out = WrapperSource()
     lines = out.lines
     lines.append(f"def call({', '.join(param_names)}):")
+    _emit_alias_check(out, param_names, graph_extra)
     expr_of: dict[str, str] = {}            # buffer name -> Python expression holding the tensor
     for name, plan in sched.buffers.items():
         if plan.kind == "input":
@@ -148,9 +149,61 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
         if meta is not None:
             results[output_index] = (f"{param_names[placeholder_index]}.as_strided({tuple(meta.shape)!r}, "
                                      f"{tuple(meta.stride)!r}, {meta.storage_offset!r})")
+    _apply_output_sources(out, results, param_names, graph_extra)
     returned = results[:num_user]
     lines.append(f"    return ({''.join(r + ', ' for r in returned)})")
     return "\n".join(lines) + "\n", out.globals
+
+
+def _emit_alias_check(out: WrapperSource, param_names: list[str], graph_extra: dict[str, Any]) -> None:
+    """Inputs written in place that share memory with another input (f(z[:4], z[2:])): the prim
+    graph treats inputs as distinct, so such a call runs the torch-level graph eagerly."""
+    mutated = sorted({p for p, _ in graph_extra.get("mutated_inputs", [])})
+    torch_graph = graph_extra.get("_torch_graph")
+    tensors = [i for i in range(len(param_names)) if _is_tensor_input(graph_extra, i)]
+    if not mutated or len(tensors) < 2 or torch_graph is None:
+        return
+    eager = out.bind("_eager_graph", torch_graph.as_callable())
+    check = out.bind("_inputs_share_memory", inputs_share_memory)
+    params = ", ".join(param_names)
+    listed = "".join(f"{param_names[i]}, " for i in tensors)
+    written = tuple(tensors.index(p) for p in mutated if p in tensors)
+    out.lines.append(f"    if {check}(({listed}), {written!r}):  # aliased inputs: eager semantics")
+    out.lines.append(f"        return {eager}({params})")
+
+
+def inputs_share_memory(tensors: tuple[torch.Tensor, ...], written: tuple[int, ...]) -> bool:
+    """Does any tensor at a `written` position share its storage with another of `tensors`?"""
+    storages = [t.untyped_storage().data_ptr() for t in tensors]
+    for position in written:
+        if storages[position] in storages[:position] + storages[position + 1:]:
+            return True
+    return False
+
+
+def _apply_output_sources(out: WrapperSource, results: list[str], param_names: list[str],
+                          graph_extra: dict[str, Any]) -> None:
+    """Outputs that are, in eager, an input itself, another output, or a view of another output
+    (graph.extra["output_sources"], see prims/convert.py): the same objects and shared storage."""
+    sources = graph_extra.get("output_sources", {})
+    for index in sorted(sources):
+        source = sources[index]
+        if source[0] == "input":
+            results[index] = param_names[source[1]]
+        elif source[0] == "output":
+            results[index] = results[source[1]]
+    for index in sorted(sources):
+        source = sources[index]
+        if source[0] != "view":
+            continue
+        _, base, shape, stride, offset = source
+        base_name = f"_view_base{base}"
+        if results[base] != base_name:
+            out.lines.append(f"    {base_name} = {results[base]}")
+            results[base] = base_name
+        out.lines.append(f"    _output{index} = {base_name}.as_strided({tuple(shape)!r}, {tuple(stride)!r}, "
+                         f"{base_name}.storage_offset() + {offset!r})")
+        results[index] = f"_output{index}"
 
 
 def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[str]]] | None = None

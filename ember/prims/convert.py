@@ -8,17 +8,19 @@ Functionalization (functionalize.py) tracks views and in-place updates on the wa
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import operator
 from typing import Any
 
 import torch
 
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, is_dense, target_name, tree_map
+from ember.graph import Graph, Node, TensorMeta, is_dense, target_name, tree_leaves, tree_map
 from ember.prims import functionalize as F
 from ember.prims import ops
 from ember.prims.primitives import Prim
 from ember.prims.registry import lookup
-from ember.prims.values import Emitter, Value, building, emit, is_tensor
+from ember.prims.values import Emitter, Value, building, emit, emit_with_meta, is_tensor, meta_call, metas_of
 
 
 def to_primitives(graph: Graph) -> Graph:
@@ -34,6 +36,7 @@ class _Converter:
         self.emitter = Emitter(self.new, mutate_hook=self._mutate)
         self.env: dict[Node, Any] = {}
         self.roots: list[F.Root] = []  # placeholder roots, by placeholder index
+        self.output_nodes: set[Node] = set()  # nodes already returned as some root's buffer
 
     # ----------------------------------------------------------------- driving
     def run(self) -> Graph:
@@ -47,6 +50,8 @@ class _Converter:
                 elif node.op == "output":
                     self._output(node)
         self.new.extra.update({k: v for k, v in self.graph.extra.items() if k not in self.new.extra})
+        # the wrapper runs this when inputs alias in a way the prim graph cannot reproduce
+        self.new.extra["_torch_graph"] = self.graph
         # write-backs re-derive views that may end up unused
         self.new.eliminate_dead_code(lambda node: False)
         return self.new
@@ -73,6 +78,11 @@ class _Converter:
         return tree_map(load, value)
 
     def _call(self, node: Node) -> Any:
+        if node.target is operator.getitem and isinstance(node.args[0], Node):
+            container = self.env[node.args[0]]
+            if isinstance(container, (tuple, list)) and isinstance(node.args[1], (int, slice)):
+                # an element of split/chunk/unbind/max(dim): the very object, alias and all
+                return container[node.args[1]]
         args, kwargs = self._resolve(node.args), self._resolve(node.kwargs)
         if "input" in kwargs and node.target is not torch.Tensor.index_put:  # F.relu(input=x)
             args = (kwargs.pop("input"),) + tuple(args)
@@ -84,11 +94,11 @@ class _Converter:
         if not decomposition.view:
             self._take_eager_layout(node, result)
         if decomposition.mutates_self(args, kwargs) and is_tensor(args[0]):
+            _check_inplace_result(args[0], result)
             F.write(args[0].alias, result)
             return args[0].alias
-        if decomposition.view and is_tensor(args[0]):
-            return self._wrap_views(args[0], result)
-        return self._wrap(result)
+        view_of = args[0] if decomposition.view and is_tensor(args[0]) else None
+        return self._wrap_result(node.target, args, kwargs, result, view_of)
 
     def _take_eager_layout(self, node: Node, result: Any) -> None:
         """A decomposed op's fresh result gets the strides eager gives it (node.meta, from the
@@ -118,15 +128,34 @@ class _Converter:
             return type(result)(self._wrap(r) for r in result)
         return result
 
-    def _wrap_views(self, base: Value, result: Any) -> Any:
-        if isinstance(result, (tuple, list)):
-            return type(result)(self._wrap_views(base, r) for r in result)
-        if not is_tensor(result):
-            return result
-        steps = F.view_chain(base.node, result.node, set(self.emitter.log))
-        if steps is None:
-            return F.new_root(result)
-        return base.alias.extended(steps, result)
+    def _wrap_result(self, target: Any, args: tuple, kwargs: dict, result: Any, view_of: Value | None) -> Any:
+        """Aliases for a decomposition's result: views of args[0] (view decompositions), the
+        argument itself where eager returns the same object (x.contiguous(), x.to(x.dtype)), or
+        new roots."""
+        by_node = {v.node: v for v in tree_leaves((args, kwargs)) if is_tensor(v) and v.alias is not None}
+        passthrough = [r for r in tree_leaves(result) if is_tensor(r) and r.node in by_node]
+        eager_kinds = _eager_alias_kinds(target, args, kwargs, result) if passthrough else {}
+        emitted = set(self.emitter.log)
+
+        def wrap(r: Any) -> Any:
+            if isinstance(r, (tuple, list)):
+                return type(r)(wrap(item) for item in r)
+            if not is_tensor(r):
+                return r
+            source = by_node.get(r.node)
+            if source is not None:
+                kind = eager_kinds.get(id(r), "view" if view_of is not None else "copy")
+                if kind == "same":
+                    return source.alias
+                if kind == "view":
+                    return source.alias.extended((), r)
+                return F.new_root(r)    # copy semantics: later writes to either stay apart
+            if view_of is not None:
+                steps = F.view_chain(view_of.node, r.node, emitted)
+                if steps is not None:
+                    return view_of.alias.extended(steps, r)
+            return F.new_root(r)
+        return wrap(result)
 
     def _mutate(self, target: Value, new_value: Value, base: Value | None = None) -> None:
         if base is not None and target.node is not base.node:
@@ -143,48 +172,140 @@ class _Converter:
         """No decomposition: call the torch op eagerly, made functional."""
         target = node.target
         name = target_name(target)
+        inplace_method = name.endswith("_") and not name.endswith("__") and bool(args) and is_tensor(args[0])
+        if inplace_method and name.rsplit(".", 1)[-1] in _METADATA_INPLACE:
+            raise F.RunEagerly(f"{name} changes the tensor's shape or strides in place")
         functional = _functional_variant(target)
-        if functional is not None:
+        if functional is not None and is_tensor(args[0]):
             result = emit(functional, *args, **kwargs)
+            _check_inplace_result(args[0], result)
             F.write(args[0].alias, result)
             return args[0].alias
-        if name.endswith("_") and not name.endswith("__") and args and is_tensor(args[0]):
+        if (inplace_method or _binds_inplace(target, args, kwargs)) and is_tensor(args[0]):
+            # Tensor.foo_ without Tensor.foo, or F.foo(x, inplace=True) without a decomposition
             result = emit(_CloneThenApply(target), *args, **kwargs)
+            _check_inplace_result(args[0], result)
             F.write(args[0].alias, result)
             return args[0].alias
-        return self._wrap(emit(target, *args, **kwargs))
+        out, arg_tensors = meta_call(target, args, kwargs)
+        views = _shared_storage(out, arg_tensors)
+        if not views:
+            return self._wrap(emit_with_meta(target, metas_of(out, _device(args, kwargs)), args, kwargs))
+        return self._extern_views(target, args, kwargs, out, views)
+
+    def _extern_views(self, target: Any, args: tuple, kwargs: dict, out: Any,
+                      views: dict[int, tuple[int, bool]]) -> Any:
+        """An Extern whose results share memory with its arguments in eager (diagonal, unfold,
+        as_strided, tensor_split, x.view(dtype)): each such result becomes a view of the argument's
+        root through its strides over the root's storage, so writes reach the root and reads see
+        the root's later updates."""
+        tensor_args = [v for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+        # the views' strides over the roots' original storage (eager's), not the current layout
+        original = {id(v): F.original_meta(v.alias).to_meta_tensor() for v in tensor_args if v.alias is not None}
+        out_on_original, _ = meta_call(target, args, kwargs,
+                                       to_meta=lambda v: original.get(id(v)) if id(v) in original else None)
+        leaves, original_leaves = tree_leaves(out), tree_leaves(out_on_original)
+        needs_extern = any(isinstance(o, torch.Tensor) and id(o) not in views for o in leaves)
+        emitted = emit_with_meta(target, metas_of(out, _device(args, kwargs)), args, kwargs) if needs_extern else None
+        emitted_leaves = tree_leaves(emitted) if emitted is not None else [None] * len(leaves)
+        wrapped = []
+        for leaf, on_original, value in zip(leaves, original_leaves, emitted_leaves):
+            if not isinstance(leaf, torch.Tensor):
+                wrapped.append(leaf)
+                continue
+            if id(leaf) not in views:
+                wrapped.append(F.new_root(value))
+                continue
+            position, same = views[id(leaf)]
+            base = tensor_args[position]
+            if same:
+                wrapped.append(base.alias)
+                continue
+            if leaf.dtype != base.dtype or base.alias is None:
+                raise F.RunEagerly(f"{target_name(target)} returns a view this compiler does not model")
+            view_meta = dataclasses.replace(TensorMeta.of(on_original), device=base.device, requires_grad=False)
+            alias = F.storage_view(base.alias, view_meta, None)
+            alias.cached = alias.steps[0].apply(alias.root.current)
+            wrapped.append(alias)
+        return _rebuild(out, wrapped)
 
     # ----------------------------------------------------------------- outputs
     def _output(self, node: Node) -> None:
+        """Outputs: the user's, then the new values of mutated inputs, then hidden bases.
+
+        Each user output is returned as eager returns it (graph.extra, read by the wrapper):
+          output_aliases  {i: p}  a view of input p, rebuilt as p.as_strided(meta of output i);
+          output_sources  {i: ("input", p)}   the input tensor p itself (x.contiguous());
+                          {i: ("output", j)}  the same tensor object as output j;
+                          {i: ("view", j)}    a view of output j (j may be a hidden base): eager's
+                                              outputs that share one intermediate's memory."""
         outputs: list[Any] = []
         aliases: dict[int, int] = {}
-        used: set[Node] = set()
+        sources: dict[int, tuple[str, int]] = {}
+        first_index: dict[int, int] = {}          # id(Alias) -> first output index returning it
+        pending_views: list[tuple[int, F.Alias]] = []
         for index, item in enumerate(node.args[0]):
             if isinstance(item, Node):
                 item = self.env[item]
-            if isinstance(item, F.Alias):
-                if item.root.placeholder_index is not None:
-                    aliases[index] = item.root.placeholder_index
-                    value = F.replay_on_original(item)
+            if not isinstance(item, F.Alias):
+                outputs.append(item.node if isinstance(item, Value) else item)
+                continue
+            if id(item) in first_index:
+                sources[index] = ("output", first_index[id(item)])
+                outputs.append(outputs[first_index[id(item)]])
+                continue
+            first_index[id(item)] = index
+            root = item.root
+            if root.placeholder_index is not None:
+                if item is root.identity:
+                    sources[index] = ("input", root.placeholder_index)
+                    outputs.append(root.original.node)
                 else:
-                    value = F.resolve(item)
-                    if F.is_view_of_placeholder(value.node) or value.node in used:
-                        value = ops.clone(value)  # eager returns a fresh tensor here
-                used.add(value.node)
-                outputs.append(value.node)
-            elif isinstance(item, Value):
-                outputs.append(item.node)
+                    aliases[index] = root.placeholder_index
+                    outputs.append(F.replay_on_original(item).node)
+                continue
+            if item is not root.identity:
+                pending_views.append((index, item))
+                outputs.append(None)      # the wrapper makes it: a view of its root's output
             else:
-                outputs.append(item)
+                outputs.append(self._root_output(root).node)
         mutated: list[tuple[int, int]] = []
         for placeholder_index, root in enumerate(self.roots):
             if root is not None and root.version > 0 and root.current.node is not root.original.node:
                 mutated.append((placeholder_index, len(outputs)))
                 outputs.append(root.current.node)
+        base_of_root: dict[int, int] = {}
+        for index, item in enumerate(node.args[0]):
+            item = self.env[item] if isinstance(item, Node) else item
+            if isinstance(item, F.Alias) and item is item.root.identity and index not in sources and \
+                    item.root.placeholder_index is None:
+                base_of_root.setdefault(id(item.root), index)
+        for index, item in pending_views:
+            base = base_of_root.get(id(item.root))
+            if base is None:            # the root is not returned itself: a hidden output holds it
+                base = base_of_root[id(item.root)] = len(outputs)
+                outputs.append(self._root_output(item.root).node)
+            meta = F.original_meta(item)
+            offset = meta.storage_offset - item.root.original.meta.storage_offset
+            sources[index] = ("view", base, tuple(meta.shape), tuple(meta.stride), offset)
         self.new.output(outputs)
         self.new.extra["num_user_outputs"] = len(node.args[0])
         self.new.extra["mutated_inputs"] = mutated
         self.new.extra["output_aliases"] = aliases
+        self.new.extra["output_sources"] = sources
+
+    def _root_output(self, root: F.Root) -> Value:
+        """An intermediate's final value as a fresh output buffer laid out as eager's tensor (views
+        of it are rebuilt from these strides)."""
+        value = F.resolve(root.identity)
+        original = root.original.meta
+        if value.node in self.output_nodes or F.is_view_of_placeholder(value.node) or (
+                tuple(value.meta.stride) != tuple(original.stride) and _dense(original)):
+            value = ops.clone(value)  # a buffer of its own (its value may be an input's)
+            if _dense(original) and tuple(value.meta.shape) == tuple(original.shape):
+                value.meta = value.node.meta = dataclasses.replace(value.meta, stride=tuple(original.stride))
+        self.output_nodes.add(value.node)
+        return value
 
 
 def _dense(meta: TensorMeta) -> bool:
@@ -210,3 +331,83 @@ class _CloneThenApply:
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.inplace_op(x.clone(), *args, **kwargs)
+
+
+# in-place methods that change a tensor's shape, strides or storage rather than its values
+_METADATA_INPLACE = {"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "t_",
+                     "transpose_", "swapdims_", "swapaxes_", "unsafe_split_", "share_memory_"}
+
+
+def _device(args: tuple, kwargs: dict) -> torch.device:
+    devices = [v.device for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+    return devices[0] if devices else torch.device(kwargs.get("device") or "cpu")
+
+
+def _check_inplace_result(target: Value, result: Any) -> None:
+    """Eager rejects an in-place op whose result does not fit `target` (x_int.add_(0.5), a
+    broadcast that would grow x): run the graph eagerly so the user gets eager's error."""
+    if not is_tensor(result):
+        return
+    if not torch.can_cast(result.dtype, target.dtype):
+        raise F.RunEagerly(f"in-place result of dtype {result.dtype} cannot be cast to {target.dtype}")
+    shape = tuple(target.shape)
+    if len(result.shape) > len(shape) or any(
+            r != t and r != 1 for r, t in zip(reversed(tuple(result.shape)), reversed(shape))):
+        raise F.RunEagerly(f"in-place result of shape {tuple(result.shape)} does not fit {shape}")
+
+
+def _binds_inplace(target: Any, args: tuple, kwargs: dict) -> bool:
+    """Does this call pass inplace=True (by keyword or position)?"""
+    if kwargs.get("inplace") is True:
+        return True
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    return bound.arguments.get("inplace") is True
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+
+
+def _shared_storage(out: Any, arg_tensors: list[torch.Tensor]) -> dict[int, tuple[int, bool]]:
+    """id(result leaf) -> (position of the tensor argument it aliases, is it that very tensor)."""
+    found: dict[int, tuple[int, bool]] = {}
+    for leaf in tree_leaves(out):
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        for position, arg in enumerate(arg_tensors):
+            if leaf is arg or _shares_storage(leaf, arg):
+                found[id(leaf)] = (position, leaf is arg)
+                break
+    return found
+
+
+def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> dict[int, str]:
+    """For result leaves that are an argument's own Value: does eager return that very tensor
+    ("same"), a new view of it ("view") or a copy ("copy")?  Asked of the meta device."""
+    try:
+        out, arg_tensors = meta_call(target, args, kwargs)
+    except Exception:
+        return {}
+    tensor_args = [v for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+    results, eager = tree_leaves(result), tree_leaves(out)
+    if len(results) != len(eager):
+        return {}
+    kinds: dict[int, str] = {}
+    for r, o in zip(results, eager):
+        if not is_tensor(r) or not isinstance(o, torch.Tensor):
+            continue
+        for value, meta in zip(tensor_args, arg_tensors):
+            if value.node is r.node:
+                kinds[id(r)] = "same" if o is meta else "view" if _shares_storage(o, meta) else "copy"
+                break
+    return kinds
+
+
+def _rebuild(out: Any, leaves: list[Any]) -> Any:
+    """`leaves` put back into the (flat) structure of `out`."""
+    if isinstance(out, (tuple, list)):
+        return type(out)(leaves) if not hasattr(out, "_fields") and type(out) in (tuple, list) else tuple(leaves)
+    return leaves[0]

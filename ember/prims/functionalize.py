@@ -11,12 +11,14 @@ At the end, roots of placeholders whose value changed become extra outputs
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from ember.errors import CompileError
-from ember.graph import Node
+from ember.graph import Node, TensorMeta, is_dense
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.meta import view_strides
@@ -25,12 +27,21 @@ from ember.prims.values import Value, current, emit
 VIEW_PRIMS = (P.reshape, P.permute, P.expand, P.slice_, P.as_strided)
 
 
+class RunEagerly(CompileError):
+    """The graph does something functionalization cannot reproduce exactly (a write through an
+    overlapping or bit-cast view, an in-place op eager rejects): the backend runs the graph eagerly."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, stage="prims", source_line=current().source_line or "")
+
+
 @dataclasses.dataclass(eq=False)
 class Root:
     current: Value
     original: Value
     placeholder_index: int | None = None
     version: int = 0
+    identity: Alias | None = None   # the alias that *is* this tensor (eager's same Python object)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +51,9 @@ class ViewStep:
 
     def apply(self, x: Value) -> Value:
         return emit(self.prim, x, *self.args)
+
+    def meta_of(self, meta: TensorMeta) -> TensorMeta:
+        return self.prim.infer_meta(meta, *self.args)
 
     def scatter(self, x: Value, new: Value) -> Value:
         """The new value of x after writing `new` into this view of x."""
@@ -52,9 +66,89 @@ class ViewStep:
             return ops.permute(new, inverse)
         if self.prim is P.slice_:
             return slice_scatter(x, new, *self.args)
-        raise CompileError(f"in-place update through a {self.prim.name} view is not supported", stage="prims",
-                           op=self.prim.name, source_line=current().source_line or "",
-                           hint="clone the tensor before updating it in place")
+        if self.prim is P.expand and all(a == b for a, b in zip(x.shape, self.args[0])):
+            return new
+        # expand: several elements share one memory location (eager raises); as_strided: opaque
+        raise RunEagerly(f"in-place update through a {self.prim.name} view")
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageView:
+    """A view given by (size, stride, storage_offset) over the root's storage, as eager's
+    diagonal/unfold/as_strided/view-returning Externs make.  It reads and writes the root's
+    *logical* value through index maps computed from the root's original layout, so it stays
+    exact after the root was updated out of place.  Always the first step of an alias."""
+
+    meta: TensorMeta          # the view's shape/strides/offset in the root's storage
+    root_meta: TensorMeta     # the root's original layout (what the strides refer to)
+
+    def meta_of(self, meta: TensorMeta) -> TensorMeta:
+        return self.meta
+
+    def _dense_root(self) -> tuple[list[int], bool]:
+        """Root dims from slowest to fastest stride, and whether the root is dense."""
+        shape, stride = self.root_meta.shape, self.root_meta.stride
+        if not all(isinstance(v, int) for v in (*shape, *stride, *self.meta.shape, *self.meta.stride)):
+            return [], False
+        order = sorted(range(len(shape)), key=lambda d: (-stride[d], -shape[d]))
+        return order, is_dense(shape, stride)
+
+    def _flat(self, x: Value, order: list[int]) -> Value:
+        return ops.reshape(ops.permute(x, order), (ops.prod_sizes(x.shape),))
+
+    def _positions(self, device: torch.device) -> Value:
+        """Index of each view element in the root's storage-ordered flat value."""
+        size, stride = self.meta.shape, self.meta.stride
+        position = ops.full((), self.meta.storage_offset - self.root_meta.storage_offset, torch.int64, device)
+        for dim, (length, step) in enumerate(zip(size, stride)):
+            along = ops.iota(length, 0, step, torch.int64, device)
+            along = ops.reshape(along, [length if d == dim else 1 for d in range(len(size))])
+            position = ops.add(position, along)
+        return ops.expand_to(position, tuple(size))
+
+    def apply(self, x: Value) -> Value:
+        order, dense = self._dense_root()
+        if not dense:
+            if x.node.op == "placeholder":      # the untouched input: index its storage directly
+                return emit(P.as_strided, x, tuple(self.meta.shape), tuple(self.meta.stride),
+                            self.meta.storage_offset)
+            raise RunEagerly("a strided view of a non-dense tensor that was updated in place")
+        if ops.prod_sizes(self.meta.shape) == 0:
+            return ops.full(self.meta.shape, 0, x.dtype, x.device)
+        return emit(P.index, self._flat(x, order), [self._positions(x.device)])
+
+    def scatter(self, x: Value, new: Value) -> Value:
+        order, dense = self._dense_root()
+        if not dense or not _non_overlapping(self.meta.shape, self.meta.stride):
+            raise RunEagerly("in-place update through a view whose elements overlap in memory")
+        if ops.prod_sizes(self.meta.shape) == 0:
+            return x
+        flat = self._flat(x, order)
+        positions = ops.reshape(self._positions(x.device), (-1,))
+        updated = emit(P.scatter, flat, 0, positions, ops.reshape(new, (-1,)))
+        inverse = [0] * len(order)
+        for i, d in enumerate(order):
+            inverse[d] = i
+        return ops.permute(ops.reshape(updated, [x.shape[d] for d in order]), inverse)
+
+
+def _non_overlapping(size: tuple, stride: tuple) -> bool:
+    """No two elements of the view share a memory location (exact for small views)."""
+    dims = sorted((abs(st), n) for n, st in zip(size, stride) if n != 1)
+    reach = 0
+    for st, n in dims:
+        if st <= reach:
+            break
+        reach += (n - 1) * st
+    else:
+        return True
+    numel = math.prod(size)
+    if numel > (1 << 20):
+        return False
+    positions = np.zeros((), dtype=np.int64)
+    for n, st in zip(size, stride):
+        positions = np.add.outer(positions, np.arange(n, dtype=np.int64) * st)
+    return len(np.unique(positions)) == numel
 
 
 def slice_scatter(x: Value, new: Value, dim: int, start: Any, end: Any, step: Any = 1) -> Value:
@@ -86,7 +180,23 @@ class Alias:
 
 def new_root(value: Value, placeholder_index: int | None = None) -> Alias:
     root = Root(value, value, placeholder_index)
-    return Alias(root, (), value, 0)
+    root.identity = Alias(root, (), value, 0)
+    return root.identity
+
+
+def original_meta(alias: Alias) -> TensorMeta:
+    """The alias's layout over the root's original storage (strides eager sees)."""
+    meta = alias.root.original.meta
+    for step in alias.steps:
+        meta = step.meta_of(meta)
+    return meta
+
+
+def storage_view(alias: Alias, view_meta: TensorMeta, value: Value) -> Alias:
+    """An alias for `value`, a view of alias's root with view_meta's strides over its storage."""
+    root = alias.root
+    step = StorageView(view_meta, root.original.meta)
+    return Alias(root, (step,), value, root.version)
 
 
 def resolve(alias: Alias) -> Value:

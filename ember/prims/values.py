@@ -147,23 +147,47 @@ def emit_with_meta(target: Any, meta: Any, args: tuple, kwargs: dict, pytype: ty
 
 def extern_meta(target: Any, args: tuple, kwargs: dict) -> Any:
     """Meta of an Extern: run the torch callable on meta-device tensors."""
+    out, _ = meta_call(target, args, kwargs)
+    return metas_of(out, _device_of(args, kwargs))
+
+
+def _device_of(args: tuple, kwargs: dict) -> torch.device:
     devices = [v.device for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+    return devices[0] if devices else torch.device(kwargs.get("device") or "cpu")
+
+
+def meta_call(target: Any, args: tuple, kwargs: dict,
+              to_meta: Callable[[Value], torch.Tensor | None] | None = None) -> tuple[Any, list[torch.Tensor]]:
+    """Run the torch callable on meta-device stand-ins of its arguments.
+
+    Returns its (meta) result and the meta tensors given for the tensor arguments, in
+    tree_leaves order, so callers can see which results are (or share memory with) which
+    argument: eager's aliasing.  `to_meta` may supply a tensor's stand-in (else its meta's)."""
+    given: list[torch.Tensor] = []
 
     def to_meta_tensor(value: Any) -> Any:
         if is_tensor(value):
-            return value.meta.to_meta_tensor()
+            tensor = to_meta(value) if to_meta is not None else None
+            tensor = value.meta.to_meta_tensor() if tensor is None else tensor
+            given.append(tensor)
+            return tensor
         if isinstance(value, Value):
             return (value.pytype or float)(1)
         return value
 
+    meta_args, meta_kwargs = tree_map(to_meta_tensor, args), tree_map(to_meta_tensor, kwargs)
     try:
         with torch.no_grad():
-            out = target(*tree_map(to_meta_tensor, args), **tree_map(to_meta_tensor, kwargs))
+            out = target(*meta_args, **meta_kwargs)
     except Exception as error:
         raise CompileError(f"cannot infer the output shape of {target_name(target)}: {error}",
                            stage="prims", op=target_name(target), source_line=current().source_line or "",
                            hint="the op has no meta-device kernel; it needs a decomposition") from error
-    device = devices[0] if devices else torch.device(kwargs.get("device") or "cpu")
+    return out, given
+
+
+def metas_of(out: Any, device: torch.device) -> Any:
+    """TensorMetas (on `device`) of a meta-device result."""
     return _metas_of(out, device)
 
 

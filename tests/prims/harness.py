@@ -30,6 +30,14 @@ def run_with_contract(prim_graph: Graph, inputs: Sequence[Any]) -> list[Any]:
     for output_index, placeholder_index in prim_graph.extra["output_aliases"].items():
         meta = prim_graph.outputs[output_index].meta
         user[output_index] = inputs[placeholder_index].as_strided(meta.shape, meta.stride, meta.storage_offset)
+    for output_index, source in sorted(prim_graph.extra.get("output_sources", {}).items()):
+        if source[0] == "input":
+            user[output_index] = inputs[source[1]]
+        elif source[0] == "output":
+            user[output_index] = user[source[1]]
+        else:
+            _, base, shape, stride, offset = source
+            user[output_index] = outputs[base].as_strided(shape, stride, outputs[base].storage_offset() + offset)
     return user
 
 

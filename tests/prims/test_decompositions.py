@@ -107,7 +107,8 @@ def test_copy_and_fill_and_outputs_stay_distinct():
         call(g, T.copy_, a, b)
         return c, call(g, T.fill_, call(g, T.view, b, (2, 2)), 3.0), a
     prim_graph = check(build, x, y)
-    assert prim_graph.extra["output_aliases"] == {1: 1, 2: 0}
+    assert prim_graph.extra["output_aliases"] == {1: 1}
+    assert prim_graph.extra["output_sources"] == {2: ("input", 0)}   # `a` itself, as eager returns it
 
 
 def test_views_and_indexing():

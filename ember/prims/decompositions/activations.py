@@ -2,6 +2,7 @@
 rounded once at the end, as eager's fused kernels do."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -17,10 +18,12 @@ T = torch.Tensor
 
 
 def _in_fp32(fn):
-    """Run fn on the upcast input and cast the result back to the input's dtype."""
+    """Run fn on the upcast input and cast the result back to the input's dtype.
+
+    functools.wraps keeps fn's signature visible: the registry binds it to find `inplace=`."""
+    @functools.wraps(fn)
     def wrapper(x: Value, *args: Any, **kwargs: Any) -> Value:
         return ops.cast(fn(ops.upcast(x), *args, **kwargs), x.dtype)
-    wrapper.__name__ = fn.__name__
     return wrapper
 
 
