@@ -7,19 +7,25 @@
     @ember.compile                                # decorator, with or without arguments
     def f(x): ...
 
-What goes in: a function, bound method or ``nn.Module``, plus settings.  What comes
-out: a callable whose first call captures graphs (``ember.capture``) and hands each
-one to the chosen backend (``backend(graph, example_inputs) -> compiled``).
+What goes in: a function, bound method, ``functools.partial`` or ``nn.Module``, plus
+settings, validated once into a ``CompileOptions``.  What comes out: a callable whose
+first call captures graphs (``ember.capture``) and hands each one to the chosen backend
+(``backend(graph, example_inputs) -> compiled``).  A graph the backend cannot compile
+runs eagerly with one warning (``resolve_backend``: the only place that decides it),
+unless ``fullgraph=True`` or ``options={"fallback": "error"}``.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
+import os
 import sys
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 
@@ -28,14 +34,83 @@ from ember.graph import Graph
 
 Backend = Callable[[Graph, list], Callable[..., tuple]]
 
-# None and "default" mean the same; the others are passed to the backend as options["mode"].
+# None and "default" mean the same; the ember backend reads the mode from CompileOptions.mode.
 VALID_MODES: tuple[str | None, ...] = (None, "default", "reduce-overhead", "max-autotune",
                                        "max-autotune-no-cudagraphs")
+FALLBACKS = ("eager", "error")
+CPU_BACKENDS = ("cpp", "triton")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """Every setting of one ``ember.compile`` call, validated once here and read by the stage each
+    field belongs to (docs/contracts.md section 3).
+
+    The keys of ``compile(options={...})`` are the fields listed in ``OPTION_KEYS``; the others are
+    ``compile``'s own keyword arguments.
+    """
+
+    backend: str | Callable[..., Any] = "ember"  # api: which backend compiles each captured graph
+    mode: str = "default"           # runtime: "reduce-overhead" (CUDA graphs), "max-autotune" ...
+    dynamic: bool | None = None     # capture and prims: symbolic sizes (None: decide)
+    fullgraph: bool = False         # capture: a graph break raises; api: a compile failure raises
+    fallback: str = "eager"         # api: a graph that cannot compile runs eagerly with one warning,
+                                    # or "error": raises CompileError
+    cpu_backend: str = "cpp"        # backend: CPU tensors through C++ or Triton's interpreter
+
+    OPTION_KEYS: ClassVar[tuple[str, ...]] = ("fallback", "cpu_backend")
+
+    @classmethod
+    def from_compile(cls, *, backend: str | Callable[..., Any] = "ember", mode: str | None = None,
+                     dynamic: bool | None = None, fullgraph: bool = False,
+                     options: dict | CompileOptions | None = None) -> CompileOptions:
+        """Validate ``compile``'s arguments: an unknown mode, option key or value is a ValueError
+        that lists the valid ones."""
+        if mode not in VALID_MODES:
+            raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in VALID_MODES)}")
+        if dynamic not in (None, True, False):
+            raise ValueError(f"dynamic must be None, True or False, got {dynamic!r}")
+        if isinstance(options, CompileOptions):
+            options = {key: getattr(options, key) for key in cls.OPTION_KEYS}
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict, got {type(options).__name__}")
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(cls.OPTION_KEYS), key=str)
+        if unknown:
+            raise ValueError(f"unknown ember.compile option(s) {', '.join(map(repr, unknown))}; valid options: "
+                             f"{', '.join(cls.OPTION_KEYS)} (mode, dynamic, fullgraph and backend are "
+                             f"keyword arguments of ember.compile)")
+        fallback = options.get("fallback", default_fallback())
+        if fallback not in FALLBACKS:
+            raise ValueError(f"options['fallback'] must be one of {FALLBACKS}, got {fallback!r}")
+        cpu_backend = options.get("cpu_backend", "cpp")
+        if cpu_backend not in CPU_BACKENDS:
+            raise ValueError(f"options['cpu_backend'] must be one of {CPU_BACKENDS}, got {cpu_backend!r}")
+        return cls(backend=backend, mode="default" if mode is None else mode, dynamic=dynamic,
+                   fullgraph=bool(fullgraph), fallback=fallback, cpu_backend=cpu_backend)
+
+    @classmethod
+    def from_options(cls, options: dict | CompileOptions | None) -> CompileOptions:
+        """From a plain ``options`` dict (tests and scripts that call a backend directly)."""
+        if isinstance(options, CompileOptions):
+            return options
+        options = dict(options or {})
+        own = {key: options.pop(key) for key in ("mode", "dynamic", "fullgraph") if key in options}
+        return cls.from_compile(**own, options=options)
+
+
+def default_fallback() -> str:
+    """``fallback`` when the options do not say: EMBER_FALLBACK=error makes every failure raise
+    (a test suite that must see compile failures), else "eager"."""
+    value = os.environ.get("EMBER_FALLBACK", "") or "eager"
+    if value not in FALLBACKS:
+        raise ValueError(f"EMBER_FALLBACK must be one of {FALLBACKS}, got {value!r}")
+    return value
 
 # ------------------------------------------------------------------ backends
 _BACKENDS: dict[str, Callable[..., Any]] = {}
 
-# Backends that take (graph, example_inputs, options): they get the compile() options.
+# Backends that take (graph, example_inputs, options): they get the call's CompileOptions.
 # Plain registered backends take only (graph, example_inputs), as the contract says.
 _BACKENDS_WITH_OPTIONS: set[str] = set()
 
@@ -69,7 +144,8 @@ def ember_backend_available() -> bool:
     return importlib.util.find_spec("ember.backend") is not None
 
 
-def _ember_backend(graph: Graph, example_inputs: list, options: dict | None = None) -> Callable[..., tuple]:
+def _ember_backend(graph: Graph, example_inputs: list, options: CompileOptions | None = None
+                   ) -> Callable[..., tuple]:
     """The full compiler: prims -> loop IR -> fused kernels (ember.backend.compile_graph)."""
     if not ember_backend_available():
         return _eager_backend(graph, example_inputs)
@@ -83,43 +159,71 @@ register_backend("ember", _ember_backend)
 _BACKENDS_WITH_OPTIONS.add("ember")
 
 
-def resolve_backend(backend: str | Callable[..., Any], options: dict | None = None) -> Backend:
+def resolve_backend(backend: str | Callable[..., Any], options: CompileOptions | dict | None = None) -> Backend:
     """The two-argument backend callable that capture calls for each graph.
 
-    Adds what every backend gets for free: options passed through to the ember
-    backend, internal failures turned into ``CompileError``, and
-    ``options={"fallback": "eager"}`` (warn and run the graph eagerly instead).
+    Adds what every backend gets for free: the ``CompileOptions`` passed on to the
+    ember backend, and the fallback policy, in this one place: a graph whose
+    compilation fails runs eagerly with one warning (naming the user's line, the
+    stage and the reason), unless ``fullgraph=True`` or ``fallback="error"``, which
+    raise ``CompileError``.
     """
-    options = dict(options or {})
+    settings = options if isinstance(options, CompileOptions) else CompileOptions.from_options(options)
     if isinstance(backend, str):
         if backend not in _BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; registered backends: {list_backends()}")
         name, raw = backend, _BACKENDS[backend]
         if name in _BACKENDS_WITH_OPTIONS:
-            raw = functools.partial(raw, options=options)
+            raw = functools.partial(raw, options=settings)
     elif callable(backend):
         name, raw = getattr(backend, "__name__", type(backend).__name__), backend
     else:
         raise TypeError(f"backend must be a name or a callable, got {type(backend).__name__}")
-    fallback = options.get("fallback")
-    if fallback not in (None, "eager", "error"):
-        raise ValueError(f"options['fallback'] must be 'eager' or 'error', got {fallback!r}")
+    must_raise = settings.fullgraph or settings.fallback == "error"
 
     def compile_one_graph(graph: Graph, example_inputs: list) -> Callable[..., tuple]:
         try:
             return raw(graph, example_inputs)
-        except Exception as error:
-            if fallback == "eager":
-                warnings.warn(f"ember: backend {name!r} failed ({type(error).__name__}: {error}); "
-                              "running this graph eagerly (options['fallback']='eager')", stacklevel=2)
-                return _eager_backend(graph, example_inputs)
-            if isinstance(error, CompileError):
-                raise
-            raise CompileError(f"backend {name!r} failed: {type(error).__name__}: {error}", stage="backend",
-                               hint="options={'fallback': 'eager'} runs such graphs eagerly") from error
+        except Exception as exc:
+            error = exc if isinstance(exc, CompileError) else CompileError(
+                f"backend {name!r} failed: {type(exc).__name__}: {exc}", stage="backend",
+                source_line=_first_source_line(graph))
+            if must_raise:
+                if error is exc:
+                    raise
+                raise error from exc
+            _warn_at_user_line(_fallback_message(name, error, graph), error.source_line or _first_source_line(graph))
+            return _eager_backend(graph, example_inputs)
 
     compile_one_graph.backend_name = name  # type: ignore[attr-defined]
+    compile_one_graph.options = settings  # type: ignore[attr-defined]
     return compile_one_graph
+
+
+class CompileFallbackWarning(UserWarning):
+    """A graph ember could not compile runs eagerly (options={"fallback": "error"} raises instead)."""
+
+
+def _first_source_line(graph: Graph) -> str:
+    return next((n.source_line for n in graph.nodes if getattr(n, "source_line", None)), "")
+
+
+def _warn_at_user_line(message: str, source_line: str) -> None:
+    """Warn as if from the user's line ("file.py:12"), not from ember's frames."""
+    filename, _, line = source_line.rpartition(":")
+    if filename and line.isdigit():
+        warnings.warn_explicit(message, CompileFallbackWarning, filename, int(line))
+    else:
+        warnings.warn(message, CompileFallbackWarning, stacklevel=3)
+
+
+def _fallback_message(backend_name: str, error: CompileError, graph: Graph) -> str:
+    where = error.source_line or _first_source_line(graph) or "an unknown line"
+    stage = error.stage or "backend"
+    reason = str(error.args[0]).split("\n")[0] if error.args else type(error).__name__
+    return (f"ember: {where}: cannot compile this graph (stage: {stage}, backend {backend_name!r}): {reason}; "
+            f"running it eagerly (fallback). Pass options={{'fallback': 'error'}} or fullgraph=True to get "
+            f"an error instead.")
 
 
 # ------------------------------------------------------------------ compile
@@ -137,20 +241,14 @@ def _capture_module() -> Any:
     return capture
 
 
-def _check_mode(mode: str | None) -> None:
-    if mode not in VALID_MODES:
-        valid = ", ".join(repr(m) for m in VALID_MODES)
-        raise ValueError(f"unknown mode {mode!r}; valid modes: {valid}")
-
-
 def capture_function(fn: Callable[..., Any], *, backend: str | Callable[..., Any] = "ember",
                      mode: str | None = None, dynamic: bool | None = None, fullgraph: bool = False,
                      options: dict | None = None) -> Any:
     """A ``CapturedFunction`` for ``fn`` (function, bound method or nn.Module)."""
-    _check_mode(mode)
-    backend_options = {"mode": "default" if mode is None else mode, "dynamic": dynamic, **(options or {})}
+    settings = CompileOptions.from_compile(backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph,
+                                           options=options)
     captured = _capture_module().compile_function(
-        fn, backend=resolve_backend(backend, backend_options), fullgraph=fullgraph)
+        fn, backend=resolve_backend(backend, settings), fullgraph=settings.fullgraph)
     _live_captures.add(captured)
     return captured
 
@@ -161,12 +259,15 @@ def compile(model_or_fn: Any = None, *, backend: str | Callable[..., Any] = "emb
 
     backend   a registered name (``ember.list_backends()``) or ``fn(graph, example_inputs)``;
     mode      None/"default", "reduce-overhead" (CUDA graphs), "max-autotune",
-              "max-autotune-no-cudagraphs"; handed to the backend in options["mode"];
-    dynamic   None (decide), True or False; handed to the backend in options["dynamic"];
-    fullgraph True: a graph break is a CompileError naming file:line and the reason;
-    options   backend options, e.g. {"fallback": "eager"}, {"cpu_backend": "triton"}.
+              "max-autotune-no-cudagraphs"; the ember backend reads it from ``CompileOptions.mode``;
+    dynamic   None (decide), True or False (``CompileOptions.dynamic``);
+    fullgraph True: a graph break or a graph that cannot compile is a CompileError naming
+              file:line and the reason;
+    options   ``{"fallback": "eager" | "error", "cpu_backend": "cpp" | "triton"}`` (CompileOptions);
+              unknown keys are a ValueError.
     """
-    _check_mode(mode)
+    # validated now, not at the first call: a typo fails where it was written
+    CompileOptions.from_compile(backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph, options=options)
     settings = {"backend": backend, "mode": mode, "dynamic": dynamic, "fullgraph": fullgraph, "options": options}
     if model_or_fn is None:  # @ember.compile(...) with arguments
         return lambda target: compile(target, **settings)
@@ -174,6 +275,8 @@ def compile(model_or_fn: Any = None, *, backend: str | Callable[..., Any] = "emb
         model_or_fn = model_or_fn._orig_mod  # compiling twice compiles the original once
     elif hasattr(model_or_fn, "_ember_captured"):
         model_or_fn = model_or_fn._orig_fn
+    if isinstance(model_or_fn, functools.partial):
+        return _compile_partial(model_or_fn, settings)
     if isinstance(model_or_fn, nn.Module):
         return CompiledModule(model_or_fn, capture_function(model_or_fn, **settings))
     if not callable(model_or_fn):
@@ -187,6 +290,27 @@ def compile(model_or_fn: Any = None, *, backend: str | Callable[..., Any] = "emb
     compiled_function._ember_captured = captured  # type: ignore[attr-defined]
     compiled_function._orig_fn = model_or_fn  # type: ignore[attr-defined]
     return compiled_function
+
+
+def _compile_partial(partial: functools.partial, settings: dict) -> Callable[..., Any]:
+    """``functools.partial(f, *bound, **bound_kw)``: compile ``f`` and pass the bound arguments on
+    every call, so capture sees them as ordinary arguments (tensors as inputs, the rest guarded)."""
+    func = partial.func
+    if isinstance(func, (types.BuiltinFunctionType, types.BuiltinMethodType)):   # partial(torch.add, ...)
+        builtin = func
+
+        def func(*args: Any, **kwargs: Any) -> Any:
+            return builtin(*args, **kwargs)
+    inner = compile(func, **settings)
+    bound_args, bound_kwargs = partial.args, dict(partial.keywords)
+
+    def compiled_partial(*args: Any, **kwargs: Any) -> Any:
+        return inner(*bound_args, *args, **{**bound_kwargs, **kwargs})
+
+    functools.update_wrapper(compiled_partial, partial.func, updated=())  # no __dict__ copy (a module's)
+    compiled_partial._ember_captured = getattr(inner, "_ember_captured", None)  # type: ignore[attr-defined]
+    compiled_partial._orig_fn = partial  # type: ignore[attr-defined]
+    return compiled_partial
 
 
 # ------------------------------------------------------------------ module wrapper

@@ -5,17 +5,18 @@
 
 CPU tensors go to the C++ generator (codegen/cpp.py), CUDA tensors to
 codegen/triton.py.  Any internal failure raises CompileError naming the stage
-and op; ``options={"fallback": "eager"}`` turns that into a warning and the
-eager graph.
+and op; ember.api.resolve_backend decides whether the graph then runs eagerly
+(the default, with a warning) or the error reaches the user.
 """
 from __future__ import annotations
 
+import contextlib
 import time
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
+from ember.api import CompileOptions
 from ember.debug.logs import enabled, log
 from ember.errors import CompileError
 from ember.graph import Graph, TensorMeta
@@ -23,23 +24,22 @@ from ember.lower.lowering import lower_graph
 from ember.lower.scheduler import Schedule, schedule
 
 
-def compile_graph(graph: Graph, example_inputs: list, options: dict | None = None) -> Callable[..., tuple]:
-    """Compile a torch-level (or prim-level) graph for the devices of its example inputs."""
-    options = dict(options or {})
+def compile_graph(graph: Graph, example_inputs: list, options: CompileOptions | dict | None = None
+                  ) -> Callable[..., tuple]:
+    """Compile a torch-level (or prim-level) graph for the devices of its example inputs.
+
+    Failures raise CompileError; whether to run the graph eagerly instead is decided by the
+    caller (ember.api.resolve_backend), not here."""
+    settings = CompileOptions.from_options(options)
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         # no autodiff yet: the eager graph keeps gradients correct
         return _eager(graph, "inputs require grad")
     try:
-        return _compile(graph, example_inputs, options)
+        return _compile(graph, example_inputs, settings)
+    except CompileError:
+        raise
     except Exception as exc:
-        error = exc if isinstance(exc, CompileError) else CompileError(
-            f"internal error: {type(exc).__name__}: {exc}", stage="backend")
-        if options.get("fallback") == "eager":
-            warnings.warn(f"ember: falling back to eager: {error}", stacklevel=2)
-            return _eager(graph, str(error))
-        if error is exc:
-            raise
-        raise error from exc
+        raise CompileError(f"internal error: {type(exc).__name__}: {exc}", stage="backend") from exc
 
 
 def _eager(graph: Graph, reason: str) -> Callable[..., tuple]:
@@ -78,14 +78,32 @@ def lower_and_schedule(graph: Graph, example_inputs: list) -> Schedule:
     return schedule(program)
 
 
-def _compile(graph: Graph, example_inputs: list, options: dict) -> Callable[..., tuple]:
+@contextlib.contextmanager
+def _stage(name: str) -> Iterator[None]:
+    """Name the stage of an internal failure (the fallback warning and CompileError show it)."""
+    try:
+        yield
+    except CompileError:
+        raise
+    except Exception as exc:
+        raise CompileError(f"internal error: {type(exc).__name__}: {exc}", stage=name) from exc
+
+
+def _compile(graph: Graph, example_inputs: list, options: CompileOptions) -> Callable[..., tuple]:
     start = time.perf_counter()
     prim_graph = to_prim_graph(graph)
     if enabled("prim_graph"):
         log("prim_graph", str(prim_graph))
-    sched = lower_and_schedule(prim_graph, example_inputs)
+    with _stage("lower"):
+        sched = lower_and_schedule(prim_graph, example_inputs)
+    with _stage("codegen"):
+        return _generate(prim_graph, sched, example_inputs, options, start)
+
+
+def _generate(prim_graph: Graph, sched: Schedule, example_inputs: list, options: CompileOptions,
+              start: float) -> Callable[..., tuple]:
     device = _device_of(example_inputs)
-    use_triton = device.type == "cuda" or options.get("cpu_backend") == "triton"
+    use_triton = device.type == "cuda" or options.cpu_backend == "triton"
     if use_triton:
         try:
             from ember.codegen import triton as triton_codegen
