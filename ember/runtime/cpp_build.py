@@ -2,7 +2,10 @@
 
 The cache key is sha256(source, flags, compiler version), so a second process
 (or a second compile of the same graph) loads the .so without running g++.
-The .cpp is written beside the .so so a person can read what runs.
+The .cpp is written beside the .so so a person can read what runs, and the
+sha256 of the .so's bytes beside it (``.so.sha256``): a cached library is
+loaded only when it matches, so a corrupted, truncated or foreign file is
+rebuilt instead of failing ("invalid ELF header") or running unknown code.
 """
 from __future__ import annotations
 
@@ -68,8 +71,7 @@ def compile_flags() -> tuple[str, ...]:
     if _probe(flags + ["-DEMBER_USE_LIBMVEC"], _LIBMVEC_PROBE):
         flags.append("-DEMBER_USE_LIBMVEC")                         # glibc >= 2.35: vector math
     os.makedirs(os.path.dirname(marker), exist_ok=True)
-    with open(marker, "w") as f:
-        f.write(" ".join(flags))
+    _write_atomically(marker, " ".join(flags).encode())    # a concurrent reader never sees half of it
     return tuple(flags)
 
 
@@ -79,33 +81,74 @@ def cache_key(source: str, flags: list[str]) -> str:
 
 
 def build(source: str, name_hint: str = "kernels") -> str:
-    """Path of a .so built from source (reused from the disk cache when present)."""
+    """Path of a .so built from source (reused from the disk cache when ember wrote it intact).
+
+    A cached .so is loaded only if the sha256 recorded beside it (``.so.sha256``, written by
+    ember after the build) matches its bytes: a truncated, corrupted or foreign file is
+    rebuilt.  Every file is written under a private name and renamed into place, so
+    concurrent builders (threads or processes) never see half a file."""
     flags = BASE_FLAGS + list(compile_flags())
     key = cache_key(source, flags)
     directory = os.path.join(config.kernel_cache_dir(), "cpp", key[:2])
     so_path = os.path.join(directory, f"{name_hint}_{key[:24]}.so")
-    if os.path.exists(so_path):
+    if verified(so_path):
         stats["cache_hits"] += 1
         return so_path
     os.makedirs(directory, exist_ok=True)
     cpp_path = so_path[:-3] + ".cpp"
-    with open(cpp_path, "w") as f:
-        f.write(source)
-    # build to a private name, then rename: concurrent processes never see half a .so
+    _write_atomically(cpp_path, source.encode())
     fd, tmp_so = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
     start = time.perf_counter()
-    result = subprocess.run([CXX, *flags, cpp_path, "-o", tmp_so], capture_output=True, text=True, check=False)
-    stats["compile_seconds"] += time.perf_counter() - start
-    stats["compiles"] += 1
-    if result.returncode != 0:
-        os.unlink(tmp_so)
-        raise CompileError(f"g++ failed on {cpp_path}:\n{result.stderr[-4000:]}", stage="runtime")
-    os.replace(tmp_so, so_path)
+    try:
+        # g++ reads a private copy of the source: another builder may be renaming cpp_path right now
+        fd, tmp_cpp = tempfile.mkstemp(suffix=".cpp", dir=directory)
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        result = subprocess.run([CXX, *flags, tmp_cpp, "-o", tmp_so], capture_output=True, text=True, check=False)
+        os.unlink(tmp_cpp)
+        stats["compile_seconds"] += time.perf_counter() - start
+        stats["compiles"] += 1
+        if result.returncode != 0:
+            raise CompileError(f"g++ failed on {cpp_path}:\n{result.stderr[-4000:]}", stage="runtime")
+        with open(tmp_so, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        # the hash first, then the .so: a reader that sees the new .so also sees its hash
+        _write_atomically(so_path + ".sha256", digest.encode())
+        os.replace(tmp_so, so_path)
+    finally:
+        if os.path.exists(tmp_so):
+            os.unlink(tmp_so)
     return so_path
 
 
+def verified(so_path: str) -> bool:
+    """Is ``so_path`` a library ember built, intact (its bytes hash to the recorded sha256)?"""
+    try:
+        with open(so_path + ".sha256") as f:
+            expected = f.read().strip()
+        with open(so_path, "rb") as f:
+            actual = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return False
+    return len(expected) == 64 and actual == expected
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write under a private name and rename: readers see the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def load(so_path: str) -> ctypes.CDLL:
+    """dlopen a library ``build`` returned (once per process per path)."""
     lib = _loaded.get(so_path)
     if lib is None:
         lib = _loaded[so_path] = ctypes.CDLL(so_path)

@@ -5,6 +5,8 @@
 * The generated module is written to ``<kernel_cache_dir>/triton/<hash>.py``
   (keyed by sha256 of the source and the Triton version) and imported from
   there, so a person can read exactly what runs and a warm process reuses it.
+  A cached file is imported only if it holds exactly the source (else rewritten,
+  atomically: never a half-written or foreign module).
 * On a GPU every kernel is compiled ahead of the first call with
   ``triton.compile`` in a thread pool (ptxas and LLVM run outside the GIL);
   Triton's own disk cache (``TRITON_CACHE_DIR``) keeps the binaries, so a warm
@@ -31,6 +33,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -69,12 +72,13 @@ def load_module(source: str, interpret: bool | None = None) -> Any:
     with _lock:
         if key in _modules:
             return _modules[key]
-        if os.path.exists(path):
+        if _holds(path, source):
             stats["module_cache_hits"] += 1
-        else:
+        else:                              # missing, or not what ember wrote (truncated, edited): rewrite
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
+            fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                                       dir=os.path.dirname(path))
+            with os.fdopen(fd, "w") as f:
                 f.write(source)
             os.replace(tmp, path)          # concurrent processes never see half a file
             stats["modules_written"] += 1
@@ -87,6 +91,16 @@ def load_module(source: str, interpret: bool | None = None) -> Any:
             _to_interpreted(module)
         _modules[key] = module
         return module
+
+
+def _holds(path: str, source: str) -> bool:
+    """Does the cached module file hold exactly this source?  (We have the source in hand, so the
+    check is a comparison, not a hash.)"""
+    try:
+        with open(path) as f:
+            return f.read() == source
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _to_interpreted(module: Any) -> None:
