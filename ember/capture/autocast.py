@@ -143,8 +143,11 @@ def _aten_facts(name: str) -> tuple[bool, bool, frozenset[str]]:
     composite, registered = False, set()
     for overload in packet.overloads():
         full = f"aten::{name}" + ("" if overload == "default" else f".{overload}")
-        composite = composite or has_kernel(full, "CompositeImplicitAutograd")
-        registered.update(device for device, key in _KEYS.items() if has_kernel(full, key))
+        try:
+            composite = composite or has_kernel(full, "CompositeImplicitAutograd")
+            registered.update(device for device, key in _KEYS.items() if has_kernel(full, key))
+        except RuntimeError:  # TorchScript-only overloads (eq.int_list) are not dispatcher ops
+            continue
     return True, composite, frozenset(registered)
 
 
