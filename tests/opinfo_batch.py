@@ -190,6 +190,7 @@ def compare_case(case: Case, actual: Sequence[Any], actual_inputs: Sequence[torc
     pairs = [(f"output {i}", a, e, i) for i, (a, e) in enumerate(zip(actual, case.expected))]
     pairs += [(f"input {i} after the call", a, e, None)
               for i, (a, e) in enumerate(zip(actual_inputs, case.expected_inputs))]
+    accepted: list[torch.Tensor] = []       # outputs passed through the fp64 rule
     for what, a, e, index in pairs:
         if not isinstance(a, torch.Tensor):
             return f"{what}: expected a tensor, got {type(a).__name__}"
@@ -200,7 +201,11 @@ def compare_case(case: Case, actual: Sequence[Any], actual_inputs: Sequence[torc
         except AssertionError as exc:
             if index is not None and no_worse_than_eager(case.fn, case.sample, case.inputs, index, a, e):
                 ACCEPTED_VS_FP64.append(case.key)
+                accepted.append(a)
                 continue
+            if index is None and any(o.shape == a.shape and o.dtype == a.dtype and torch.equal(o, a)
+                                     for o in accepted):
+                continue   # an input written in place with an accepted output's values (x.logit_())
             return f"{what}: " + " ".join(str(exc).split("\n")[:4])
     return None
 
