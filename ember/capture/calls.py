@@ -114,6 +114,8 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         return BUILTIN_HANDLERS[fn](tx, args, kwargs)
     if _hashable(fn) and fn in _COMPILE_STATE_QUERIES:
         return V.ConstantValue(_COMPILE_STATE_QUERIES[fn])
+    if fn is torch.is_grad_enabled:  # the traced grad mode (a no_grad()/enable_grad() block may be open)
+        return V.ConstantValue(session.grad_enabled)
     if _hashable(fn) and fn in autocast.QUERIES:  # answered from the traced autocast state
         return autocast.answer_query(tx, fn, args, kwargs)
     if _hashable(fn) and fn in _GUARDED_TORCH_QUERIES:

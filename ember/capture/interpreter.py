@@ -70,6 +70,12 @@ class RealCell:
         self.name = name
 
 
+def user_error(session: Any, reason: str) -> Unsupported:
+    error = Unsupported(reason, session.current_line())
+    error.eager_may_raise = True
+    return error
+
+
 class ReturnSignal(Exception):
     pass
 
@@ -117,6 +123,11 @@ class InstructionTranslator:
 
     def unsupported(self, reason: str, hint: str = "") -> Unsupported:
         return Unsupported(reason, self.session.current_line(), hint)
+
+    def user_error(self, reason: str) -> Unsupported:
+        """A break where the user's Python raises (IndexError, NameError, raise, assert): eager runs
+        the frame and raises it, also under fullgraph=True."""
+        return user_error(self.session, reason)
 
     # ------------------------------------------------------------ main loop
     def run(self) -> V.Value:
@@ -186,7 +197,7 @@ class InstructionTranslator:
 
     def LOAD_FAST(self, inst):
         if inst.argval not in self.locals:
-            raise self.unsupported(f"local variable {inst.argval!r} referenced before assignment")
+            raise self.user_error(f"local variable {inst.argval!r} referenced before assignment")
         self.push(self.locals[inst.argval])
     LOAD_FAST_CHECK = LOAD_FAST
 
@@ -218,7 +229,7 @@ class InstructionTranslator:
             self.push(self.session.wrap(contents, cell_source(cell.cell, cell.name)))
         else:
             if cell.contents is None:
-                raise self.unsupported(f"free variable {inst.argval!r} referenced before assignment")
+                raise self.user_error(f"free variable {inst.argval!r} referenced before assignment")
             self.push(cell.contents)
 
     def STORE_DEREF(self, inst):
@@ -240,7 +251,7 @@ class InstructionTranslator:
             if isinstance(builtins_dict, types.ModuleType):
                 builtins_dict = builtins_dict.__dict__
             if name not in builtins_dict:
-                raise self.unsupported(f"name {name!r} is not defined")
+                raise self.user_error(f"name {name!r} is not defined")
             value = V.ObjectValue(builtins_dict[name])
         self.push(value)
 
@@ -409,7 +420,7 @@ class InstructionTranslator:
     def UNPACK_SEQUENCE(self, inst):
         items = ops.unpack(self, self.pop())
         if len(items) != inst.arg:
-            raise self.unsupported(f"unpacking {len(items)} values into {inst.arg}")
+            raise self.user_error(f"unpacking {len(items)} values into {inst.arg}")
         for item in reversed(items):
             self.push(item)
 
@@ -417,7 +428,7 @@ class InstructionTranslator:
         items = ops.unpack(self, self.pop())
         before, after = inst.arg & 0xFF, inst.arg >> 8
         if len(items) < before + after:
-            raise self.unsupported("not enough values to unpack")
+            raise self.user_error("not enough values to unpack")
         middle = V.ListValue(items[before:len(items) - after])
         for item in reversed(items[len(items) - after:]):
             self.push(item)
@@ -494,10 +505,10 @@ class InstructionTranslator:
         self.push(V.NONE)  # the value sent in
 
     def RAISE_VARARGS(self, inst):
-        raise self.unsupported("raise inside a compiled function", "the exception is raised when run eagerly")
+        raise self.user_error("raise inside a compiled function")
 
     def LOAD_ASSERTION_ERROR(self, inst):
-        raise self.unsupported("assert that fails during capture")
+        raise self.user_error("assert that fails during capture")
 
     # ------------------------------------------------------------ with blocks (grad mode, autocast, Python managers)
     def BEFORE_WITH(self, inst):

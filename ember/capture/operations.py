@@ -19,6 +19,13 @@ from . import autocast, objects, tensor_ops
 from . import values as V
 from .sources import AttrSource, ItemSource
 
+
+def user_error(session: Any, reason: str) -> Unsupported:
+    """The user's Python raises here in eager (IndexError, KeyError, AttributeError)."""
+    error = Unsupported(reason, session.current_line())
+    error.eager_may_raise = True
+    return error
+
 BINARY_OPERATORS = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
     "%": operator.mod, "**": operator.pow, "@": operator.matmul, "&": operator.and_, "|": operator.or_,
@@ -195,11 +202,11 @@ def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
         try:
             return obj.items[key]
         except (IndexError, TypeError) as error:
-            raise tx.unsupported(f"indexing: {error}") from None
+            raise user_error(tx.session, f"indexing: {error}") from None
     if isinstance(obj, V.DictValue):
         key = _constant(tx, index, "[]")
         if key not in obj.items:
-            raise tx.unsupported(f"KeyError {key!r}")
+            raise user_error(tx.session, f"KeyError {key!r}")
         return obj.items[key]
     if isinstance(obj, V.ModuleValue):
         from .modules import module_get_item
@@ -327,7 +334,7 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
         try:
             attr = getattr(obj.value, name)
         except AttributeError:
-            raise tx.unsupported(f"{type(obj.value).__name__} object has no attribute {name!r}") from None
+            raise user_error(tx.session, f"{type(obj.value).__name__} object has no attribute {name!r}") from None
         if callable(attr) and not isinstance(attr, type):
             return V.ContainerMethodValue(name, obj)
         return python_result(attr)
@@ -354,7 +361,7 @@ def _object_attr(tx: Any, obj: V.ObjectValue, name: str) -> V.Value:
     try:
         attr = getattr(target, name)
     except AttributeError:
-        raise tx.unsupported(f"{obj.describe()} has no attribute {name!r}") from None
+        raise user_error(tx.session, f"{obj.describe()} has no attribute {name!r}") from None
     if isinstance(target, types.ModuleType) and is_library_module(target):
         return session.wrap(attr, None)
     if isinstance(target, type):
@@ -394,7 +401,7 @@ def _class_attribute(tx: Any, obj: V.Value, cls: type, name: str, instance: Any 
     try:
         attr = getattr(instance, name)
     except AttributeError:
-        raise tx.unsupported(f"{type(instance).__name__} object has no attribute {name!r}") from None
+        raise user_error(tx.session, f"{type(instance).__name__} object has no attribute {name!r}") from None
     return tx.session.wrap(attr, AttrSource(obj.source, name))
 
 
