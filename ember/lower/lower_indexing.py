@@ -85,6 +85,8 @@ def _constant_pad(self, node: Node, x: Any, pad: Any, value: Any) -> Any:
     rank = len(x.shape)
 
     def body(idx: tuple[Index, ...]) -> Expr:
+        if any(s == 0 for s in x.shape):  # nothing to read (and no size to wrap indices into)
+            return _operand(value, idx, meta.dtype)
         source, conditions = list(idx), []
         for k in range(len(pad) // 2):
             d = rank - 1 - k
@@ -94,8 +96,6 @@ def _constant_pad(self, node: Node, x: Any, pad: Any, value: Any) -> Any:
             if cond is not None:
                 conditions.append(cond)
             source[d] = wrap_into(shifted, x.shape[d])
-        if any(s == 0 for s in x.shape):
-            return _operand(value, idx, meta.dtype)
         loaded = _as_dtype(x.load(tuple(source)), meta.dtype)
         if not conditions:
             return loaded

@@ -61,6 +61,7 @@ class _Lowering:
 
     # -------------------------------------------------------------- driver
     def run(self) -> ir.LoopProgram:
+        _reject_complex(self.graph)
         for position, node in enumerate(self.graph.placeholders):
             self.env[node] = self.lower_placeholder(node, position)
         for node in self.graph.call_nodes():
@@ -464,6 +465,21 @@ EXTERN_ARGUMENT_LAYOUTS: dict[Any, dict[str, tuple[int, str]]] = {
             "value": (2, "last_dim_unit_stride"), "attn_mask": (3, "last_dim_unit_stride")} for fn in _ATTENTION},
     **{fn: {"input": (0, "dense")} for fn in _CONVOLUTIONS},
 }
+
+
+def _reject_complex(graph: Graph) -> None:
+    """Complex tensors have no kernels here (the code generators know real dtypes only): say so
+    before anything half-lowers them, so the graph runs eagerly under the fallback policy."""
+    for node in [*graph.placeholders, *graph.call_nodes()]:
+        metas = node.meta if isinstance(node.meta, (tuple, list)) else (node.meta,)
+        if any(isinstance(m, TensorMeta) and m.dtype.is_complex for m in metas):
+            raise CompileError(f"complex dtypes are not compiled ({node.name} is {_complex_dtype(metas)})",
+                               stage="lower", op=getattr(node.target, "qualified_name", str(node.target)),
+                               source_line=node.source_line or "")
+
+
+def _complex_dtype(metas: Any) -> torch.dtype:
+    return next(m.dtype for m in metas if isinstance(m, TensorMeta) and m.dtype.is_complex)
 
 
 def _is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:

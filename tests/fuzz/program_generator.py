@@ -240,12 +240,15 @@ def _binary(b: _Builder) -> str:
     x = b.any_tensor()
     y = b.operand_like(tuple(b.env[x].shape))
     pattern = b.rng.choice(BINARY)
-    if pattern.startswith("{} ") and b.rng.random() < 0.5 and y[0] not in "av":
+    divides = any(op in pattern for op in ("//", "remainder", "fmod", "floor"))
+    if pattern.startswith("{} ") and b.rng.random() < 0.5 and y[0] not in "av" and not divides:
         return pattern.format(y, x)  # Python scalar on the left: the reflected operator
     if b.rng.random() < 0.5:
         x, y = y, x
     if x[0] not in "av":  # torch.fn(scalar, tensor) mostly raises: keep the tensor first
         x, y = y, x
+    if divides:
+        y = f"({y}.abs() + 1)" if y[0] in "av" else "3"  # integer division by zero raises (data-dependent)
     return pattern.format(x, y)
 
 
@@ -290,8 +293,8 @@ def _view(b: _Builder) -> str | None:
     if rank >= 1:
         d = rng.randrange(rank)
         n = shape[d]
-        options += [f"{x}[{', '.join([':'] * d + [str(rng.randrange(-n, n))])}]",
-                    f"{x}.select({d}, {rng.randrange(n)})", f"{x}.narrow({d}, {n // 2}, {n - n // 2})",
+        index = rng.randrange(-n, n) if n else 0  # a size-0 dim: eager's IndexError is a test too
+        options += [f"{x}[{', '.join([':'] * d + [str(index)])}]", f"{x}.select({d}, {index})", f"{x}.narrow({d}, {n // 2}, {n - n // 2})",
                     f"{x}[{', '.join([':'] * d + ['::2'])}]", f"{x}[{', '.join([':'] * d + ['1:'])}]",
                     f"{x}.squeeze({d})", f"{x}.expand({rng.choice([2, 3])}, *{x}.shape)",
                     f"{x}.chunk(2, {d})[0]", f"{x}.unsqueeze(0).expand(2, *{x}.shape)"]

@@ -36,6 +36,29 @@ REGRESSIONS = {
     "where_method_scalar_other": ("""def program(a0):
     return (a0.where(a0 > 0, 2), a0.where(a0 > 0, torch.tensor(1.5, dtype=torch.float64)))
 """, [((3, 4), torch.float16)]),
+    # addcmul's value takes the tensors' promoted type (0.5 is 0 for ints); the result dtype is the
+    # promotion of all three tensors, computed in one common dtype (not x's dtype, not pairwise)
+    "addcmul_int_value": ("""def program(a0, a1):
+    return (torch.addcmul(a0, a1, a1, value=0.5), torch.addcmul(a0, a1, a1, value=1.7))
+""", [((3, 1), torch.int32), ((), torch.int64)]),
+    "addcmul_mixed_low_precision": ("""def program(a0, a1):
+    return (torch.addcmul(a0, a1, a1, value=1.7), torch.addcmul(a1, a0, a0), torch.addcdiv(a1, a0, a1 + 3))
+""", [((4,), torch.float16), ((4,), f32)]),
+    "lerp_dtypes": ("""def program(a0, a1):
+    return (torch.lerp(a0, a0 * 2, torch.tensor(0.5, dtype=torch.float64)), torch.lerp(a1, a1 + 1, 0.3))
+""", [((4,), f32), ((4,), torch.bfloat16)]),
+    "lerp_end_dtype_raises": ("""def program(a0, a1):
+    return (torch.lerp(a0, a1, 0.5),)
+""", [((4,), f32), ((4,), torch.float16)]),
+    # 3-D @ 3-D with a broadcast batch dim went to bmm (which does not broadcast): CompileError
+    "matmul_broadcast_batch": ("""def program(a0, a1, a2):
+    return (a0 @ a1, torch.matmul(a1, a0[0]), torch.matmul(a2, a1))
+""", [((1, 2, 3), f32), ((4, 3, 2), f32), ((3, 1, 4, 3), f32)]),
+    # constant_pad of a tensor with a size-0 dim wrapped indices modulo 0: "cannot lower constant_pad"
+    "pad_of_empty": ("""def program(a0):
+    v0 = F.pad(a0, (0, -1), value=1.5)
+    return (F.pad(v0, (1, 0, 2, 1), value=-2), F.pad(a0[:0], (1, 1)))
+""", [((3, 1), torch.float16)]),
 }
 
 

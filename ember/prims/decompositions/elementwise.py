@@ -9,7 +9,7 @@ import torch
 
 from ember.prims import ops
 from ember.prims.registry import register
-from ember.prims.type_promotion import Promotion, computation_dtype
+from ember.prims.type_promotion import Promotion, computation_dtype, result_type
 from ember.prims.values import Value, is_tensor
 
 T = torch.Tensor
@@ -17,12 +17,17 @@ special = torch.special
 
 
 def _opmath(fn):
-    """Compute in fp32 when the first operand is fp16/bf16 and round once, as eager's kernels do."""
+    """Compute in the promoted type of the tensor operands (fp32 for fp16/bf16) and round once, as
+    eager's kernels do.  The result has the promoted type (a half `x` with a float `end` gives float)."""
     def wrapper(x: Value, *args: Any, **kwargs: Any) -> Value:
-        if not is_tensor(x) or x.dtype not in (torch.float16, torch.bfloat16):
+        tensors = [v for v in (x, *args) if is_tensor(v)]
+        if not tensors:
             return fn(x, *args, **kwargs)
-        up = lambda v: ops.upcast(v) if is_tensor(v) and v.dtype == x.dtype else v
-        return ops.cast(fn(ops.upcast(x), *[up(a) for a in args], **kwargs), x.dtype)
+        # TensorIterator computes in the common dtype: cast every operand first, not pairwise
+        dtype = result_type([ops._operand_tier(v) for v in tensors])
+        compute = computation_dtype(dtype)
+        common = lambda v: ops.cast(v, compute) if is_tensor(v) else v
+        return ops.cast(fn(common(x), *[common(a) for a in args], **kwargs), dtype)
     wrapper.__name__ = fn.__name__
     return wrapper
 
@@ -42,6 +47,13 @@ for _name in ["neg", "abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log
               "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "floor", "ceil", "trunc",
               "sign", "signbit", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"]:
     register(getattr(torch, _name), getattr(T, _name), *_UNARY_ALIASES.get(_name, []))(getattr(ops, _name))
+
+
+@register(torch.abs, T.abs, *_UNARY_ALIASES["abs"])
+def abs_(x: Any) -> Any:
+    if is_tensor(x) and x.dtype == torch.bool:
+        raise NotImplementedError('"abs_cpu" not implemented for \'Bool\'')  # eager has no bool kernel
+    return ops.abs(x)
 
 
 @register(torch.round, T.round)
@@ -188,6 +200,9 @@ def fmod(x: Any, other: Any) -> Any:
 
 @register(torch.pow, T.pow, operator.pow, T.__pow__)
 def pow_(x: Any, exponent: Any) -> Any:
+    if isinstance(exponent, int) and exponent < 0 and is_tensor(x) and not x.dtype.is_floating_point \
+            and not x.dtype.is_complex:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and is_tensor(x):
         if exponent == 1:
             return ops.cast(x, ops.elementwise_dtypes([ops._operand_tier(x), ("scalar", exponent)],
@@ -290,8 +305,15 @@ def clamp_max(x: Value, max: Any) -> Value:
 
 
 @register(torch.lerp, T.lerp)
-@_opmath
 def lerp(start: Value, end: Value, weight: Any) -> Value:
+    for name, other in (("end", end), ("weight", weight)):  # eager does not promote lerp's operands
+        if is_tensor(other) and other.dtype != start.dtype and (name == "end" or other.ndim):
+            raise RuntimeError(f"expected dtype {start.dtype} for `{name}` but got dtype {other.dtype}")
+    return _lerp(start, end, weight)
+
+
+@_opmath
+def _lerp(start: Value, end: Value, weight: Any) -> Value:
     # the two-sided formula eager uses, exact at weight 0 and 1
     diff = end - start
     small = ops.lt(ops.abs(weight), 0.5) if is_tensor(weight) else abs(weight) < 0.5
@@ -301,13 +323,31 @@ def lerp(start: Value, end: Value, weight: Any) -> Value:
 @register(torch.addcmul, T.addcmul)
 @_opmath
 def addcmul(x: Value, tensor1: Value, tensor2: Value, *, value: Any = 1) -> Value:
-    return x + ops.mul(value, tensor1 * tensor2) if value != 1 else x + tensor1 * tensor2
+    # eager: self + value * t1 * t2, with value cast to the tensors' promoted type (an int for ints)
+    value = _value_scalar(value, x, tensor1, tensor2)
+    product = tensor1 * tensor2
+    return x + (ops.mul(value, product) if value != 1 else product)
 
 
 @register(torch.addcdiv, T.addcdiv)
 @_opmath
 def addcdiv(x: Value, tensor1: Value, tensor2: Value, *, value: Any = 1) -> Value:
-    return x + ops.mul(value, tensor1 / tensor2) if value != 1 else x + tensor1 / tensor2
+    if not _is_floating(tensor1) and not _is_floating(tensor2):
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release "
+                           "addcdiv will perform a true division of tensor1 and tensor2.")
+    value = _value_scalar(value, x, tensor1, tensor2)
+    quotient = tensor1 / tensor2
+    return x + (ops.mul(value, quotient) if value != 1 else quotient)
+
+
+def _is_floating(v: Any) -> bool:
+    return (is_tensor(v) and (v.dtype.is_floating_point or v.dtype.is_complex)) or isinstance(v, float)
+
+
+def _value_scalar(value: Any, *tensors: Any) -> Any:
+    """addcmul/addcdiv's `value` takes the promoted type of the tensors: 0.5 is 0 for int tensors."""
+    dtype = result_type([ops._operand_tier(t) for t in tensors])
+    return ops._python_scalar(value, dtype) if not isinstance(value, Value) else value
 
 
 @register(torch.masked_fill, T.masked_fill)

@@ -79,6 +79,6 @@ def bmm(a: Value, b: Value) -> Value:
 def matmul(a: Value, b: Value) -> Value:
     if a.ndim == 2 and b.ndim == 2:
         return ops.extern(torch.mm, a, b)
-    if a.ndim == 3 and b.ndim == 3:
+    if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
         return ops.extern(torch.bmm, a, b)
-    return ops.extern(torch.matmul, a, b)
+    return ops.extern(torch.matmul, a, b)  # broadcasts batch dims (bmm does not), 1-D operands

@@ -54,8 +54,8 @@ def _var_args(dim: Any, unbiased: Any, correction: Any) -> tuple[Any, Any]:
 
 def _var_mean(x: Value, dim: Any, unbiased: Any, keepdim: bool, correction: Any) -> tuple[Value, Value]:
     dim, correction = _var_args(dim, unbiased, correction)
-    if not x.dtype.is_floating_point:
-        x = ops.cast(x, torch.get_default_dtype())
+    if not x.dtype.is_floating_point and not x.dtype.is_complex:
+        raise RuntimeError(f"std and var only support floating point and complex dtypes, got {x.dtype}")
     return ops.var_mean(x, dim, correction, keepdim)
 
 
