@@ -151,14 +151,18 @@ def _aten_facts(name: str) -> tuple[bool, bool, frozenset[str]]:
     return True, composite, frozenset(registered)
 
 
+# user-level names whose ATen op has another name
+_ATEN_ALIASES = {"cross_entropy": "cross_entropy_loss", "concat": "cat", "concatenate": "cat"}
+
+
 def classify(name: str, device: str) -> str:
-    """The autocast policy of an op on a device type: one of the policies, NEUTRAL or UNKNOWN."""
-    policy = POLICIES.get(device, {}).get(name)
-    if policy is not None:
-        return policy
-    exists, composite, registered = _aten_facts(name)
+    """The autocast policy of an op on a device type: one of the policies, NEUTRAL or UNKNOWN.
+
+    A table policy applies only where this torch registers the op for the device's autocast
+    key (policies move between releases; a stale entry must not cast what eager does not)."""
+    exists, composite, registered = _aten_facts(_ATEN_ALIASES.get(name, name))
     if device in registered:
-        return UNKNOWN  # autocast changes it, but not in a way listed here
+        return POLICIES.get(device, {}).get(name, UNKNOWN)
     if name in NEUTRAL_NAMES.get(device, ()):
         return NEUTRAL
     if exists and not composite:

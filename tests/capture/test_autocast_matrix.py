@@ -96,12 +96,58 @@ def test_cpu_autocast_list_op(case, backend):
         assert not _breaks(compiled), _breaks(compiled)
 
 
-def test_cpu_policy_table_covers_the_dispatcher():
-    """Each op registered for AutocastCPU is in capture's CPU table (else capture breaks the graph)."""
-    registered = {n.split("::")[1].split(".")[0]
-                  for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU")}
-    missing = sorted(n for n in registered if n not in A.POLICIES["cpu"])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_policy_table_covers_the_dispatcher(device):
+    """Each op registered for Autocast{CPU,CUDA} is in capture's table (else capture breaks the
+    graph there), and each table entry is registered (a stale entry is ignored, not applied)."""
+    key = A._KEYS[device]
+    registered = {n.split("::")[1].split(".")[0] for n in torch._C._dispatch_get_registrations_for_dispatch_key(key)}
+    missing = sorted(n for n in registered if n not in A.POLICIES[device])
     assert not missing, missing
+    stale = sorted(n for n in A.POLICIES[device] if A._ATEN_ALIASES.get(n, n) not in registered)
+    assert not stale, stale
+
+
+def _cuda_lists():
+    if not torch.cuda.is_available():
+        return []
+    from torch.testing._internal.autocast_test_lists import AutocastTestLists
+    torch.manual_seed(0)
+    lists = AutocastTestLists(torch.device("cuda"))
+    cases = []
+    for group, module in [("torch_fp16", torch), ("torch_fp32", torch), ("nn_fp16", torch._C._nn),
+                          ("nn_fp32", torch._C._nn), ("linalg_fp16", torch._C._linalg),
+                          ("torch_need_autocast_promote", torch), ("torch_expect_builtin_promote", torch)]:
+        for index, entry in enumerate(getattr(lists, group)):
+            name, args = entry[0], entry[1]
+            if isinstance(args, str):  # einsum: (name, equation, tensors)
+                args = (args,) + tuple(entry[2])
+            kwargs = entry[2] if len(entry) > 2 and isinstance(entry[2], dict) else {}
+            if len(entry) > 2 and entry[2] is True:  # skipped on ROCm
+                continue
+            cases.append((f"{group}-{name}-{index}", module, name, args, kwargs))
+    return cases
+
+
+CUDA_CASES = _cuda_lists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("case", CUDA_CASES, ids=[c[0] for c in CUDA_CASES])
+def test_cuda_autocast_list_op(case, dtype):
+    """torch's CUDA autocast lists: compiled (eager backend: capture's casts only) == eager."""
+    _, module, name, args, kwargs = case
+    op = getattr(module, name, None) or getattr(torch, name)
+
+    def f(*tensors):
+        return op(*tensors, **kwargs)
+
+    with torch.autocast("cuda", dtype=dtype):
+        expected = f(*args)
+        compiled = _compile(f, "eager")
+        actual = compiled(*args)
+    _assert_same(expected, actual)
 
 
 # the neutral list: ops capture records unchanged under autocast; eager must agree
