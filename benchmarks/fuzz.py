@@ -32,7 +32,7 @@ def run_seed(args: tuple[int, str, int, bool]) -> tuple[int, str, str]:
     """Check one seed (in a worker); failing programs are reduced and written to out_dir."""
     seed, out_dir, time_limit, reduce = args
     import ember
-    from check import Outcome, check_program
+    from check import Outcome, check_program, expected_fallback
     from program_generator import generate
     from reducer import reduce_program
 
@@ -49,7 +49,7 @@ def run_seed(args: tuple[int, str, int, bool]) -> tuple[int, str, str]:
     finally:
         signal.alarm(0)
     status = outcome.status
-    if status == "fallback" and "complex" in outcome.detail:
+    if expected_fallback(program, outcome):
         return seed, "ok_complex_fallback", ""
     if outcome.ok:
         return seed, status, ""

@@ -59,6 +59,16 @@ REGRESSIONS = {
     v0 = F.pad(a0, (0, -1), value=1.5)
     return (F.pad(v0, (1, 0, 2, 1), value=-2), F.pad(a0[:0], (1, 1)))
 """, [((3, 1), torch.float16)]),
+    # eager raises for these dtypes; ember computed a value (the checker wants the same exception type)
+    "var_of_int_raises": ("""def program(a0):
+    return (torch.var(a0), torch.std(a0, 0))
+""", [((4, 3), torch.int64)]),
+    "abs_of_bool_raises": ("""def program(a0):
+    return ((a0 > 0).abs(),)
+""", [((4,), f32)]),
+    "int_pow_negative_int_raises": ("""def program(a0):
+    return (a0 ** -1,)
+""", [((4,), torch.int32)]),
 }
 
 
