@@ -137,7 +137,7 @@ def _generate(prim_graph: Graph, sched: Schedule, example_inputs: list, options:
 
 
 def _build_cpp(sched: Schedule) -> tuple[dict[str, tuple[Callable, list[str]]], str]:
-    from ember.codegen.cpp import generate_cpp, kernel_arguments
+    from ember.codegen.cpp import checks_indices, generate_cpp, kernel_arguments
     from ember.runtime import cpp_build
     if not sched.kernels:
         return {}, ""
@@ -147,5 +147,8 @@ def _build_cpp(sched: Schedule) -> tuple[dict[str, tuple[Callable, list[str]]], 
     launchers = {}
     for kernel in sched.kernels:
         args = kernel_arguments(kernel)
-        launchers[kernel.name] = (cpp_build.load_function(lib, kernel.name, len(args)), args)
+        launch = cpp_build.load_function(lib, kernel.name, len(args))
+        if checks_indices(kernel):
+            launch = cpp_build.index_checked(launch, lib)
+        launchers[kernel.name] = (launch, args)
     return launchers, f"// {so_path}\n{source}"

@@ -7,6 +7,9 @@ OpenMP-parallel when the work is large enough; inner loops carry
 ``#pragma omp simd`` so g++ vectorizes them.  bf16/fp16 are stored as
 uint16_t and computed in float (rounded once on store); sums accumulate in
 float (double for float64, int64 for integers); variance is two-pass.
+An indirect index is checked (``ember_check_index``): the first out-of-range one
+is recorded in the library's error record and the host raises eager's exception
+after the kernel (``index_error_record``); the load then reads element 0.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from ember.codegen.cpp_prelude import PRELUDE
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
+from ember.lower.lower_indexing import has_index_check
 from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, LoopStep, Schedule
 
 # work (elements x ops) below which a kernel runs serially: thread start-up costs more
@@ -46,6 +50,15 @@ def generate_cpp(sched: Schedule) -> str:
     for kernel in sched.kernels:
         parts.append(KernelPrinter(kernel, sched.buffers).render())
     return "\n".join(parts)
+
+
+def checks_indices(kernel: FusedKernel) -> bool:
+    """Does the kernel check indirect indices (its launcher must then look at the error record)?"""
+    for step in kernel.steps:
+        bodies = [r.body for r in step.reductions] + [st.body for st in step.stores]
+        if any(has_index_check(body) for body in bodies):
+            return True
+    return False
 
 
 def kernel_arguments(kernel: FusedKernel) -> list[str]:
@@ -456,6 +469,8 @@ def render_op(node: Op, args: list[str]) -> str:
         return f"({args[0]} ? {args[1]} : {args[2]})"
     if name == "philox_uniform":   # (seed, counter) -> float in [0, 1), see lower/lower_indexing.py
         return f"ember_philox_uniform({args[0]}, {args[1]})"
+    if name == "check_index":      # (index, size, code, reported) -> index; see lower/lower_indexing.py
+        return f"ember_check_index({args[0]}, {args[1]}, {args[2]}, {args[3]})"
     operand_dtype = node.args[0].dtype if node.args else node.dtype
     T = compute_type(operand_dtype)
     is_float = operand_dtype.is_floating_point

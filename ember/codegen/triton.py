@@ -19,6 +19,8 @@ FusedKernel maps onto Triton programs:
 * kernels that differ only in names (the same block of every transformer layer)
   are printed once; the others are aliases (``kernel7 = kernel3``) and share
   the compiled binary.
+* indirect indices are checked (``_ember_check_index``: ``tl.device_assert``, so those
+  kernels are compiled with debug=True; the interpreter raises eager's exception);
 * masks only where the block does not divide the size; int32 index math unless
   some address or size needs int64; fp32 accumulation for bf16/fp16; max/min and
   arg-reductions propagate NaN like torch.
@@ -84,6 +86,7 @@ class TritonKernel:
     bytes_accessed: int
     flops: int
     scalars: list[str] = dataclasses.field(default_factory=list)   # arguments passed as Python numbers
+    checks_indices: bool = False     # asserts indirect indices in range: compiled with debug=True
 
 
 def choose_config(kernel: FusedKernel, buffers: dict[str, BufferPlan], index_type: str,
@@ -179,6 +182,7 @@ class TritonKernelPrinter:
         self.xnumel = kernel.outer_numel
         self.rnumel = kernel.inner_numel
         self.two_d = bool(self.inner_vars)
+        self.checks_indices = False
 
     # ---------------------------------------------------------- decisions
     def index_type(self) -> str:
@@ -249,7 +253,7 @@ class TritonKernelPrinter:
         aligned = [a not in self.scalars and
                    (self.buffers[a].storage_offset * self.buffers[a].dtype.itemsize) % 16 == 0 for a in args]
         return TritonKernel(k.name, source, args, signature, aligned, config, grid, k.bytes_accessed, k.flops,
-                            [a for a in args if a in self.scalars])
+                            [a for a in args if a in self.scalars], self.checks_indices)
 
     def pointer(self, buffer: str) -> str:
         return f"{'in' if buffer in self.kernel.reads else 'out'}_{buffer}"
@@ -679,11 +683,23 @@ class TritonKernelPrinter:
         if isinstance(node, Cast):
             value = self.arg(node.arg, True)
             return triton_ops.cast(value, node.arg.dtype, node.dtype)
+        if isinstance(node, Op) and node.op == "check_index":
+            return self.render_index_check(node)
         if isinstance(node, Op):
             all_const = all(isinstance(a, Const) for a in node.args)
             args = [self.arg(a, all_const or not self.const_ok(node, a)) for a in node.args]
             return render_op(node, args)
         raise CompileError(f"cannot print {type(node).__name__}", stage="codegen")
+
+    def render_index_check(self, node: Op) -> str:
+        """check_index(index, size, code, reported): lanes outside the block's mask are not checked."""
+        self.checks_indices = True
+        index, reported = self.lookup(node.args[0]), self.lookup(node.args[3])
+        size, code = int(node.args[1].value), int(node.args[2].value)
+        mask = self.full_mask()
+        if mask:
+            return f"_ember_check_index_masked({index}, {size}, {code}, {reported}, {mask})"
+        return f"_ember_check_index({index}, {size}, {code}, {reported})"
 
     @staticmethod
     def const_ok(node: Op, arg: Expr) -> bool:

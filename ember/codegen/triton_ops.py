@@ -204,6 +204,23 @@ def render_op(node: Op, args: list[str]) -> str:
 
 PRELUDE = '''
 @triton.jit
+def _ember_check_index(index, size, code, reported):
+    # an indirect index outside [0, size): a device-side assert like eager's CUDA kernels (kernels
+    # that call this are compiled with debug=True); the interpreter rebinds this name to a function
+    # that raises eager's CPU exception (runtime/triton_build.py)
+    ok = (index >= 0) & (index < size)
+    tl.device_assert(ok, "index out of bounds")
+    return tl.where(ok, index, 0)
+
+
+@triton.jit
+def _ember_check_index_masked(index, size, code, reported, mask):
+    ok = ((index >= 0) & (index < size)) | (mask == 0)
+    tl.device_assert(ok, "index out of bounds")
+    return tl.where(ok, index, 0)
+
+
+@triton.jit
 def _ember_max_nan(a, b):
     # torch.amax propagates NaN: a NaN operand wins
     return tl.where((a > b) | (a != a), a, b)

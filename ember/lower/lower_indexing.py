@@ -5,10 +5,11 @@ Each becomes a Pointwise body (so it fuses with what reads it) instead of an eag
 * cat / constant_pad select among their inputs with ``where`` over index ranges.  Every
   branch of a ``where`` is evaluated, so the index a branch loads with is first wrapped into
   its input's range (``wrap_into``): the value is discarded, but the read stays in bounds.
-* gather / index (and so embedding) load through ``Indirect`` indices.  Out-of-range
-  indices are *clamped* to [0, size - 1]: torch raises an IndexError there, a compiled
-  kernel must never read outside its buffer, and raising would need a device-to-host check
-  on every call.  Negative indices were already wrapped by the decompositions.
+* gather / index (and so embedding) load through ``Indirect`` indices, each checked
+  (``check_index``): an out-of-range index raises eager's exception (IndexError for
+  indexing, RuntimeError for gather) on CPU and is a device-side assert on CUDA; the
+  kernel never reads outside its buffer.  Negative indices were already wrapped by the
+  decompositions where eager allows them.
 * philox_rand is the counter-based generator of ember/prims/philox.py, element i using
   counter ``offset + i`` (row-major); the code generators render the ``philox_uniform`` op.
 """
@@ -46,10 +47,70 @@ def in_range(idx: Index, start: int, stop: int) -> Expr | None:
     return tests[0] if len(tests) == 1 else Op("logical_and", tuple(tests), torch.bool)
 
 
-def clamped_indirect(value: Expr, size: int) -> Index:
+# ------------------------------------------------------------ bounds checks of indirect indices
+# check_index(index, size, code, reported) -> index: an out-of-range index is an error, as in eager.
+# The C++ kernel records the first bad one and the host raises after the kernel; a Triton kernel
+# asserts on the device (CUDA) or raises from the interpreter.  ``code`` packs what the error
+# says: dim * 4 + WRAPPED (negatives were wrapped before the check: ``reported`` is the index
+# as written) + RUNTIME_ERROR (gather/scatter raise RuntimeError, indexing IndexError).
+RUNTIME_ERROR, WRAPPED = 1, 2
+
+
+def checked_indirect(self: Any, value: Expr, size: int, dim: int, runtime_error: bool = False) -> Index:
+    """An Indirect index whose value is checked against [0, size) in the kernel."""
     value = value if value.dtype == torch.int64 else ir.Cast(value, torch.int64)
-    low = Op("maximum", (value, Const(0, torch.int64)), torch.int64)
-    return ir.index(ir.Indirect(Op("minimum", (low, Const(max(size - 1, 0), torch.int64)), torch.int64), size))
+    reported = _index_before_wrapping(self, value, size)
+    code = dim * 4 + (RUNTIME_ERROR if runtime_error else 0) + (WRAPPED if reported is not None else 0)
+    checked = Op("check_index", (value, Const(size, torch.int64), Const(code, torch.int64),
+                                 reported if reported is not None else value), torch.int64)
+    return ir.index(ir.Indirect(checked, size))
+
+
+def index_error(value: int, size: int, code: int) -> Exception:
+    """The exception eager PyTorch raises for this out-of-range index (CPU tensors)."""
+    dim = code // 4
+    if code & RUNTIME_ERROR:
+        return RuntimeError(f"index {value} is out of bounds for dimension {dim} with size {size}")
+    if code & WRAPPED:
+        return IndexError(f"index {value} is out of bounds for dimension {dim} with size {size}")
+    return IndexError(f"index out of range in self (index {value}, dimension {dim} with size {size})")
+
+
+def has_index_check(expr: Expr) -> bool:
+    """Does expr (or an index it loads through) check an indirect index?"""
+    for node in ir.walk(expr):
+        if isinstance(node, Op) and node.op == "check_index":
+            return True
+        if isinstance(node, ir.Load):
+            for idx in node.index:
+                if any(has_index_check(atom.value) for atom in ir.indirect_atoms(idx)):
+                    return True
+    return False
+
+
+def _index_before_wrapping(self: Any, value: Expr, size: int) -> Expr | None:
+    """``a`` when value is ``where(a < 0, a + size, a)`` (the decompositions' negative wrapping,
+    possibly through pointwise nodes not yet fused), so the error names the index as written."""
+    value = _body_of(self, value)
+    if not (isinstance(value, Op) and value.op == "where"):
+        return None
+    cond, wrapped, original = (_body_of(self, a) for a in value.args)
+    if not (isinstance(cond, Op) and cond.op == "lt" and isinstance(wrapped, Op) and wrapped.op == "add"):
+        return None
+    zero, shift = _body_of(self, cond.args[1]), _body_of(self, wrapped.args[1])
+    if (isinstance(zero, Const) and zero.value == 0 and isinstance(shift, Const) and shift.value == size
+            and _body_of(self, cond.args[0]) is original and _body_of(self, wrapped.args[0]) is original):
+        return value.args[2]
+    return None
+
+
+def _body_of(self: Any, expr: Expr) -> Expr:
+    """A Load of a pointwise node, replaced by that node's body at the load's index."""
+    if isinstance(expr, ir.Load):
+        node = self.nodes.get(expr.buffer)
+        if isinstance(node, ir.Pointwise) and len(node.vars) == len(expr.index):
+            return ir.substitute(node.body, dict(zip(node.vars, expr.index)))
+    return expr
 
 
 def _cat(self, node: Node, tensors: Any, dim: int) -> Any:
@@ -112,9 +173,11 @@ def _gather(self, node: Node, x: Any, dim: int, index: Any) -> Any:
     if not x.shape:
         return self.lower_extern(node)
     dim = dim % len(x.shape)
+    if x.shape[dim] == 0:
+        return self.lower_extern(node)     # no element to read: eager raises (or returns empty)
 
     def body(idx: tuple[Index, ...]) -> Expr:
-        picked = clamped_indirect(index.load(idx), x.shape[dim])
+        picked = checked_indirect(self, index.load(idx), x.shape[dim], dim, runtime_error=True)
         return x.load(idx[:dim] + (picked,) + idx[dim + 1:])
     return self.pointwise(node, tuple(meta.shape), meta.dtype, body)
 
@@ -137,7 +200,7 @@ def _index(self, node: Node, x: Any, indices: Any) -> Any:
             [x.shape[d] for d in kept if d > indexed[-1]]
     else:
         out_shape = list(broadcast) + [x.shape[d] for d in kept]
-    if tuple(out_shape) != tuple(meta.shape):
+    if tuple(out_shape) != tuple(meta.shape) or any(x.shape[d] == 0 for d in indexed):
         return self.lower_extern(node)
 
     def body(idx: tuple[Index, ...]) -> Expr:
@@ -150,7 +213,7 @@ def _index(self, node: Node, x: Any, indices: Any) -> Any:
             t = indices[d]
             lead = len(broadcast) - len(t.shape)
             t_idx = tuple(ir.const_index(0) if t.shape[k] == 1 else block[lead + k] for k in range(len(t.shape)))
-            source[d] = clamped_indirect(t.load(t_idx), x.shape[d])
+            source[d] = checked_indirect(self, t.load(t_idx), x.shape[d], d)
         return x.load(tuple(source))
     return self.pointwise(node, tuple(meta.shape), meta.dtype, body)
 

@@ -16,6 +16,7 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 
 from ember import config
 from ember.errors import CompileError
@@ -161,3 +162,20 @@ def load_function(lib: ctypes.CDLL, name: str, num_args: int):
     fn.argtypes = [ctypes.c_void_p] * num_args
     fn.restype = None
     return fn
+
+
+def index_checked(launch: Callable[..., None], lib: ctypes.CDLL) -> Callable[..., None]:
+    """``launch`` followed by a look at the library's index-error record (codegen/cpp_prelude.py):
+    an out-of-range index found by the kernel raises eager's exception here, once."""
+    getter = lib.ember_index_error_record
+    getter.restype = ctypes.POINTER(ctypes.c_int64)
+    record = getter()
+
+    def checked_launch(*pointers: int) -> None:
+        launch(*pointers)
+        if record[0]:
+            from ember.lower.lower_indexing import index_error
+            value, size, code = record[1], record[2], record[3]
+            record[0] = 0
+            raise index_error(value, size, code)
+    return checked_launch

@@ -113,6 +113,32 @@ def _to_interpreted(module: Any) -> None:
         if isinstance(value, JITFunction):
             setattr(module, attr, InterpretedFunction(value.fn))
     module.libm = triton_math.numpy_libm()
+    # device_assert is a no-op in the interpreter (no debug option): raise eager's CPU exception
+    module._ember_check_index = _interpreted_check_index
+    module._ember_check_index_masked = _interpreted_check_index
+
+
+def _interpreted_check_index(index: Any, size: Any, code: Any, reported: Any, mask: Any = None) -> Any:
+    """The interpreter's ``_ember_check_index``: raise eager's exception for the first bad index."""
+    import numpy as np
+
+    def data(value: Any) -> Any:
+        value = getattr(value, "value", value)           # tl.constexpr
+        handle = getattr(value, "handle", None)
+        return np.asarray(handle.data if handle is not None else value)
+    size_value, code_value = int(data(size)), int(data(code))
+    values, written = np.broadcast_arrays(data(index), data(reported))
+    bad = (values < 0) | (values >= size_value)
+    if mask is not None:
+        bad, in_block = np.broadcast_arrays(bad, data(mask).astype(bool))
+        bad = bad & in_block
+        written = np.broadcast_to(written, bad.shape)
+    if bad.any():
+        from ember.lower.lower_indexing import index_error
+        error = index_error(int(written[bad].flat[0]), size_value, code_value)
+        error.ember_index_error = True                     # found again under the interpreter's wrapping
+        raise error
+    return index
 
 
 _scope_lock = threading.RLock()
@@ -225,11 +251,22 @@ def _interpreter_launcher(fn: Any, kernel: Any) -> Callable:
 
     def launch(*args: Any) -> None:
         with interpreter_scope():
-            runner(*args)
+            try:
+                runner(*args)
+            except Exception as exc:
+                raise _index_error_inside(exc) or exc   # eager's IndexError, not InterpreterError
     launch.takes_tensors = True
     launch.scalar_arguments = frozenset(getattr(kernel, "scalars", ()))
     launch.kernel = kernel
     return launch
+
+
+def _index_error_inside(error: BaseException | None) -> BaseException | None:
+    while error is not None:
+        if getattr(error, "ember_index_error", False):
+            return error.with_traceback(None)
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _compile(fn: Any, kernel: Any, aligned: list[bool], target: Any = None) -> Any:
@@ -240,6 +277,10 @@ def _compile(fn: Any, kernel: Any, aligned: list[bool], target: Any = None) -> A
     attrs = {(i,): [["tt.divisibility", 16]] for i, ok in enumerate(aligned) if ok}
     target = target or triton.runtime.driver.active.get_current_target()
     options = {"num_warps": kernel.config.num_warps, "num_stages": 1 if kernel.config.kind != "looped" else 2}
+    if getattr(kernel, "checks_indices", False):
+        # tl.device_assert is compiled only with debug; debug alone would also add integer-overflow
+        # checks to every add/mul (index arithmetic wraps on purpose), so those stay off
+        options.update(debug=True, sanitize_overflow=False)
     try:
         return triton.compile(ASTSource(fn, dict(kernel.signature), None, attrs), target=target, options=options)
     except Exception as exc:

@@ -158,8 +158,15 @@ def index_select(x: Value, dim: int, index: Value) -> Value:
     if x.ndim == 0:
         flat = ops.reshape(x, (1,))
         return ops.reshape(ops.emit(P.index, flat, _index_list(flat, [(0, ops.reshape(index, (-1,)))])), ())
-    index = ops.reshape(index, (-1,))
-    return ops.emit(P.index, x, _index_list(x, [(dim, index)]))
+    index = ops.cast(ops.reshape(index, (-1,)), torch.int64)
+    if dim == 1:
+        # eager's CPU fast path for dim 1 raises RuntimeError for a bad index (gather's kind of
+        # error); the other dims raise IndexError (index's).  The same values either way.
+        shape = list(x.shape)
+        shape[1] = index.shape[0]
+        return ops.emit(P.gather, x, 1, ops.expand_to(ops.reshape(index, [1, -1] + [1] * (x.ndim - 2)), shape))
+    # no negative wrapping: eager's index_select raises for -1 ("index out of range in self")
+    return ops.emit(P.index, x, [None] * dim + [index])
 
 
 @register(torch.gather, T.gather)
@@ -169,8 +176,9 @@ def gather(x: Value, dim: int, index: Value, *, sparse_grad: bool = False) -> Va
 
 
 def _wrap_negative(index: Value, size: Any) -> Value:
-    index = ops.cast(index, torch.int64)
-    return ops.where(ops.lt(index, 0), index + size, index)
+    # gather/scatter do not wrap negative indices in eager: -1 is out of range (a RuntimeError,
+    # raised by the kernel's bounds check); only the cast remains
+    return ops.cast(index, torch.int64)
 
 
 @register(torch.take_along_dim, T.take_along_dim)
