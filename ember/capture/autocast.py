@@ -399,11 +399,17 @@ def apply_casts(session: Any, target: Any, args: list, kwargs: dict,
         to = state.dtype(device)
     elif policy == FP32:
         to = torch.float32
-    else:  # PROMOTE
-        to = state.dtype(device)
+    else:  # PROMOTE, as at::autocast::prioritize: float32 wins, else all must be the autocast dtype
+        lower = to = state.dtype(device)
         for t in tensors:
-            if eligible(t):
-                to = torch.promote_types(to, t.meta.dtype)
+            if not eligible(t):
+                continue
+            if to == torch.float32 or t.meta.dtype == torch.float32:
+                to = torch.float32
+            elif t.meta.dtype != lower:  # e.g. a float16 tensor under bfloat16 autocast: eager raises
+                error = Unsupported(f"{name} under autocast mixes {t.meta.dtype} with {lower}", line)
+                error.eager_may_raise = True
+                raise error
 
     def cast(value: Any) -> Any:
         if isinstance(value, V.TensorValue):

@@ -191,7 +191,7 @@ class CapturedFunction:
         if enabled("guards"):
             log("guards", f"{self.spec.name}\n" + "\n".join(texts))
         autocast_devices = session.autocast.entry_enabled_devices()
-        if session.needs_eager_autograd():
+        if session.needs_eager_autograd() or session.mixes_devices():
             compiled = _eager_graph(graph)
         elif autocast_devices:  # the backend may run ops while compiling (autotuning, checks)
             compiled = run_without_autocast(autocast_devices, self.backend, (graph, list(session.example_inputs)))

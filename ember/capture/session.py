@@ -53,6 +53,23 @@ class CaptureSession:
         self.guards.add(None, "torch.get_default_dtype() is {dtype}", dtype=torch.get_default_dtype())
         self.autocast = autocast.AutocastState(self.guards)
 
+    def mixes_devices(self) -> bool:
+        """Tensors on a device other than the one a backend compiles for (CUDA when an input is on
+        CUDA, else CPU; CPU 0-dim inputs mix with either), e.g. ``x.new_zeros(3, device="cuda")``
+        with CPU inputs or ``.cpu()`` in a CUDA graph: such a graph runs op by op, each op on
+        eager's device."""
+        inputs = {node.meta.device.type for node in self.graph.placeholders if isinstance(node.meta, TensorMeta)}
+        target = "cuda" if "cuda" in inputs else "cpu"
+        for node in self.graph.nodes:
+            metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+            for meta in metas:
+                if not isinstance(meta, TensorMeta) or meta.device.type == target:
+                    continue
+                if node.op == "placeholder" and meta.device.type == "cpu" and meta.ndim == 0:
+                    continue
+                return True
+        return False
+
     def needs_eager_autograd(self) -> bool:
         """A graph entered with grad off that computes tensors requiring grad (an enable_grad()
         region): the backend has no autodiff yet and looks only at the grad mode at entry, so

@@ -67,8 +67,22 @@ def test_cuda_use_raises_like_eager_with_fullgraph(backend):
     expected = _eager_error(add_cuda_ones, x)
     if expected is None:
         pytest.skip("CUDA available: no error")
-    with pytest.raises(type(expected), match="CUDA"):
+    with pytest.raises(type(expected)) as info:
         ember.compile(add_cuda_ones, backend=backend, fullgraph=True)(x)
+    assert str(info.value) == str(expected)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_making_tensors_on_another_device(backend):
+    """CPU inputs, CUDA results (and back): each tensor on eager's device."""
+    def f(x):
+        y = x.new_zeros(3, device="cuda") + torch.ones(3, device="cuda")
+        return y, (y * 2).cpu() + x, torch.arange(3, device="cuda")
+    x = torch.randn(3)
+    for e, a in zip(f(x), ember.compile(f, backend=backend)(x)):
+        assert e.device == a.device
+        torch.testing.assert_close(a, e)
 
 
 def test_cpu_scalar_tensor_mixes_with_any_device():
