@@ -190,6 +190,9 @@ def _apply_output_sources(out: WrapperSource, results: list[str], param_names: l
         source = sources[index]
         if source[0] == "input":
             results[index] = param_names[source[1]]
+        elif source[0] == "input_view":
+            _, position, shape, stride, offset = source
+            results[index] = f"{param_names[position]}.as_strided({tuple(shape)!r}, {tuple(stride)!r}, {offset!r})"
         elif source[0] == "output":
             results[index] = results[source[1]]
     for index in sorted(sources):

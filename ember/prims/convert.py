@@ -234,8 +234,10 @@ class _Converter:
         """Outputs: the user's, then the new values of mutated inputs, then hidden bases.
 
         Each user output is returned as eager returns it (graph.extra, read by the wrapper):
-          output_aliases  {i: p}  a view of input p, rebuilt as p.as_strided(meta of output i);
+          output_aliases  {i: p}  a view of input p (its layout is in output_sources);
           output_sources  {i: ("input", p)}   the input tensor p itself (x.contiguous());
+                          {i: ("input_view", p, shape, stride, offset)}  p.as_strided(...) after
+                                              the write-backs (offset: in p's storage);
                           {i: ("output", j)}  the same tensor object as output j;
                           {i: ("view", j)}    a view of output j (j may be a hidden base): eager's
                                               outputs that share one intermediate's memory."""
@@ -261,8 +263,12 @@ class _Converter:
                     sources[index] = ("input", root.placeholder_index)
                     outputs.append(root.original.node)
                 else:
+                    # the wrapper returns input.as_strided(...) (after the write-backs): no kernel here
+                    meta = F.original_meta(item)
                     aliases[index] = root.placeholder_index
-                    outputs.append(F.replay_on_original(item).node)
+                    sources[index] = ("input_view", root.placeholder_index, tuple(meta.shape), tuple(meta.stride),
+                                      meta.storage_offset)
+                    outputs.append(None)
                 continue
             if item is not root.identity:
                 pending_views.append((index, item))
@@ -387,11 +393,14 @@ def _shared_storage(out: Any, arg_tensors: list[torch.Tensor]) -> dict[int, tupl
 def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> dict[int, str]:
     """For result leaves that are an argument's own Value: does eager return that very tensor
     ("same"), a new view of it ("view") or a copy ("copy")?  Asked of the meta device."""
+    tensor_args = [v for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+    device = tensor_args[0].device if tensor_args else None
+    # x.to(x.device) is x itself: ask the meta device with the tensors' own device read as "meta"
+    as_meta = lambda v: torch.device("meta") if _names_device(v, device) else v  # noqa: E731
     try:
-        out, arg_tensors = meta_call(target, args, kwargs)
+        out, arg_tensors = meta_call(target, tree_map(as_meta, args), tree_map(as_meta, kwargs))
     except Exception:
         return {}
-    tensor_args = [v for v in tree_leaves((args, kwargs)) if is_tensor(v)]
     results, eager = tree_leaves(result), tree_leaves(out)
     if len(results) != len(eager):
         return {}
@@ -404,6 +413,17 @@ def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> d
                 kinds[id(r)] = "same" if o is meta else "view" if _shares_storage(o, meta) else "copy"
                 break
     return kinds
+
+
+def _names_device(value: Any, device: torch.device | None) -> bool:
+    """Is value a torch.device (or a device string) naming `device`?"""
+    if device is None or isinstance(value, bool) or not isinstance(value, (torch.device, str)):
+        return False
+    try:
+        named = torch.device(value)
+    except (RuntimeError, TypeError):
+        return False
+    return named.type == device.type and (named.index is None or named.index == (device.index or 0))
 
 
 def _rebuild(out: Any, leaves: list[Any]) -> Any:

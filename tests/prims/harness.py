@@ -27,12 +27,12 @@ def run_with_contract(prim_graph: Graph, inputs: Sequence[Any]) -> list[Any]:
     for placeholder_index, output_index in prim_graph.extra["mutated_inputs"]:
         inputs[placeholder_index].copy_(outputs[output_index])
     user = outputs[:prim_graph.extra["num_user_outputs"]]
-    for output_index, placeholder_index in prim_graph.extra["output_aliases"].items():
-        meta = prim_graph.outputs[output_index].meta
-        user[output_index] = inputs[placeholder_index].as_strided(meta.shape, meta.stride, meta.storage_offset)
     for output_index, source in sorted(prim_graph.extra.get("output_sources", {}).items()):
         if source[0] == "input":
             user[output_index] = inputs[source[1]]
+        elif source[0] == "input_view":
+            _, position, shape, stride, offset = source
+            user[output_index] = inputs[position].as_strided(shape, stride, offset)
         elif source[0] == "output":
             user[output_index] = user[source[1]]
         else:
