@@ -191,7 +191,10 @@ class AutocastState:
     def __init__(self, guards: Any) -> None:
         self.guards = guards
         self.entry = entry_state()
-        guards.add(None, "{state}() == {key}", state=entry_state, key=self.entry)
+        if self.entry is None and _any_enabled is not None and not _any_enabled():
+            guards.add(None, "not {any_autocast}()", any_autocast=_any_enabled)  # one C call: the common case
+        else:
+            guards.add(None, "{state}() == {key}", state=entry_state, key=self.entry)
         self.enabled = {device: False for device in DEVICES}
         self._dtype: dict[str, torch.dtype] = {}
         self._cache_enabled: bool | None = None
