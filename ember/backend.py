@@ -22,6 +22,7 @@ from ember.errors import CompileError
 from ember.graph import Graph, TensorMeta
 from ember.lower.lowering import lower_graph
 from ember.lower.scheduler import Schedule, schedule
+from ember.prims.functionalize import RunEagerly
 
 
 def compile_graph(graph: Graph, example_inputs: list, options: CompileOptions | dict | None = None
@@ -36,6 +37,8 @@ def compile_graph(graph: Graph, example_inputs: list, options: CompileOptions | 
         return _eager(graph, "inputs require grad")
     try:
         return _compile(graph, example_inputs, settings)
+    except RunEagerly as exc:     # exact only when run eagerly (overlapping writes, eager's own errors)
+        return _eager(graph, str(exc))
     except CompileError:
         raise
     except Exception as exc:
