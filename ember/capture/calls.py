@@ -134,7 +134,7 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         merged = {**{k: session.wrap(v, None) for k, v in fn.keywords.items()}, **kwargs}
         return call(tx, session.wrap(fn.func, None), [session.wrap(a, None) for a in fn.args] + args, merged)
     if _is_torch_op(fn):
-        if fn in _UNSAFE_TORCH:
+        if fn in _UNSAFE_TORCH or _changes_torch_state(fn):
             raise tx.unsupported(f"{getattr(fn, '__name__', fn)} changes global torch state")
         name = getattr(fn, "__name__", "")
         if has_tensor or name in tensor_ops.FACTORY_NAMES:
@@ -168,6 +168,17 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
             return V.ConstantValue(result)
     raise tx.unsupported(f"call to unknown C function {getattr(fn, '__qualname__', repr(fn))}",
                          "capture only understands torch ops, builtins and Python code")
+
+
+_STATE_CHANGING_NAMES = {"autocast_increment_nesting", "autocast_decrement_nesting", "clear_autocast_cache",
+                         "manual_seed", "seed", "use_deterministic_algorithms"}
+
+
+def _changes_torch_state(fn: Any) -> bool:
+    """torch.set_autocast_enabled, torch.set_default_device, torch._C._set_grad_enabled ...: run at
+    capture they would change the state once, not on every call, so the frame runs eagerly."""
+    name = getattr(fn, "__name__", "") or ""
+    return name.startswith(("set_", "_set_")) or name in _STATE_CHANGING_NAMES
 
 
 def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:

@@ -455,3 +455,19 @@ def test_cuda_autocast_models(dtype):
             expected = f(x)
             actual = ember.compile(f)(x)
         _assert_same(expected, actual, exact=False)
+
+
+def test_autocast_setters_inside_break_the_graph():
+    """Calling the state setters is not captured (run once at capture, they would not run again)."""
+    def f(x):
+        torch.set_autocast_enabled("cpu", True)
+        y = lin(x)
+        torch.set_autocast_enabled("cpu", False)
+        return y
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        compiled = ember.compile(f)
+        for _ in range(2):
+            _assert_same(f(x), compiled(x))
+    assert _breaks(compiled)
+    assert not torch.is_autocast_enabled("cpu")
