@@ -56,7 +56,21 @@ def query_inside(x):
     return x * w, on, torch.is_grad_enabled()
 
 
-FUNCTIONS = [enable_inside, enable_then_more, no_grad_inside, set_grad_inside, nested, enable_plain, query_inside]
+@torch.no_grad()
+def _decorated_no_grad(x):
+    return x * w
+
+
+@torch.enable_grad()
+def _decorated_enable_grad(x):
+    return x * w
+
+
+def decorated(x):
+    return _decorated_enable_grad(x), _decorated_no_grad(x), x * w
+
+
+FUNCTIONS = [decorated, enable_inside, enable_then_more, no_grad_inside, set_grad_inside, nested, enable_plain, query_inside]
 OUTER = {"no_grad": torch.no_grad, "enable_grad": torch.enable_grad, "inference": torch.inference_mode}
 
 
