@@ -123,30 +123,9 @@ class CapturedFunction:
     # ------------------------------------------------------------------ misses
     def _miss(self, L: dict, args: tuple, kwargs: dict, failures: list[tuple[CacheEntry, int]]) -> Any:
         with self._lock:
-            # another thread may have compiled a matching entry while this one waited
-            known = {id(entry) for entry, _ in failures}
-            for entry in self.entries:
-                if id(entry) in known:
-                    continue
-                result = entry.guard(L, self.spec.globals)
-                if type(result) is tuple:
-                    return self._run_entry(entry, L, args, kwargs, result)
-                failures.append((entry, result))
-            reason = None
-            if failures:
-                entry, result = failures[0]
-                reason = f"{self.spec.name}: guard failed: {entry.failed_guard(result)}"
-                log("recompiles", reason)
-            if len(self.entries) >= self.cache_size_limit:
-                if not self._warned_limit:
-                    self._warned_limit = True
-                    warnings.warn(f"ember: {self.spec.name} hit the cache size limit ({self.cache_size_limit}); "
-                                  f"running it eagerly from now on. The guard that kept failing: "
-                                  f"{failures[0][0].failed_guard(failures[0][1]) if failures else '?'}",
-                                  stacklevel=4)
-                entry = None
-            else:
-                entry, inputs = self._capture(L, reason)
+            entry, inputs = self._entry_compiled_meanwhile(L, failures)
+            if entry is None:
+                entry, inputs = self._compile_or_give_up(L, failures)
         # run outside the lock: other threads' hits and misses need not wait for this call
         if entry is None:
             return self.spec.call_eagerly(args, kwargs)
@@ -154,6 +133,34 @@ class CapturedFunction:
             self.spec.call_eagerly(args, kwargs)  # raises the user's error, as eager does
             raise entry.error
         return self._run_entry(entry, L, args, kwargs, inputs)
+
+    def _entry_compiled_meanwhile(self, L: dict, failures: list) -> tuple[CacheEntry | None, tuple]:
+        """An entry another thread added while this one waited for the lock, if it matches."""
+        known = {id(entry) for entry, _ in failures}
+        for entry in self.entries:
+            if id(entry) in known:
+                continue
+            result = entry.guard(L, self.spec.globals)
+            if type(result) is tuple:
+                return entry, result
+            failures.append((entry, result))
+        return None, ()
+
+    def _compile_or_give_up(self, L: dict, failures: list) -> tuple[Any, tuple]:
+        reason = None
+        if failures:
+            entry, result = failures[0]
+            reason = f"{self.spec.name}: guard failed: {entry.failed_guard(result)}"
+            log("recompiles", reason)
+        if len(self.entries) >= self.cache_size_limit:
+            if not self._warned_limit:
+                self._warned_limit = True
+                warnings.warn(f"ember: {self.spec.name} hit the cache size limit ({self.cache_size_limit}); "
+                              f"running it eagerly from now on. The guard that kept failing: "
+                              f"{failures[0][0].failed_guard(failures[0][1]) if failures else '?'}",
+                              stacklevel=5)
+            return None, ()
+        return self._capture(L, reason)
 
     def _run_entry(self, entry: CacheEntry, L: dict, args: tuple, kwargs: dict, inputs: tuple) -> Any:
         if entry.compiled is None:
