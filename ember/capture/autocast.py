@@ -18,6 +18,7 @@ break: eager runs it, which is always right.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -273,7 +274,6 @@ def is_autocast_class(cls: Any) -> bool:
 def make_autocast(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Value]) -> AutocastValue:
     """``torch.autocast(...)`` / ``torch.amp.autocast`` / ``torch.cpu.amp.autocast(...)`` called in the
     trace: built for real (eager's validation and warnings) with defaults from the traced state."""
-    import inspect
     state: AutocastState = tx.session.autocast
     try:
         python_args = [a.as_python() for a in args]
@@ -299,7 +299,7 @@ def from_real(real: Any) -> AutocastValue:
     return AutocastValue(real.device, real.fast_dtype, bool(real._enabled), bool(real._cache_enabled))
 
 
-def enter(tx: Any, manager: AutocastValue) -> None:
+def enter_block(tx: Any, manager: AutocastValue) -> None:
     state: AutocastState = tx.session.autocast
     manager.previous = state.snapshot()
     state.dtype(manager.device)  # known (and guarded) before the block changes it
@@ -308,7 +308,7 @@ def enter(tx: Any, manager: AutocastValue) -> None:
     state._cache_enabled = manager.cache_enabled
 
 
-def exit(tx: Any, manager: AutocastValue) -> None:
+def exit_block(tx: Any, manager: AutocastValue) -> None:
     if manager.previous is not None:
         tx.session.autocast.restore(manager.previous)
         manager.previous = None

@@ -446,14 +446,14 @@ def set_attr(tx: Any, obj: V.Value, name: str, value: V.Value) -> None:
 # ---------------------------------------------------------------- grad mode and autocast
 def enter_context(tx: Any, manager: V.Value) -> None:
     if isinstance(manager, autocast.AutocastValue):
-        autocast.enter(tx, manager)
+        autocast.enter_block(tx, manager)
     else:
         enter_grad_mode(tx, manager)
 
 
 def exit_context(tx: Any, manager: V.Value) -> None:
     if isinstance(manager, autocast.AutocastValue):
-        autocast.exit(tx, manager)
+        autocast.exit_block(tx, manager)
         if manager in tx.active_contexts:
             tx.active_contexts.remove(manager)
     else:

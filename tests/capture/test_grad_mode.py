@@ -70,7 +70,8 @@ def decorated(x):
     return _decorated_enable_grad(x), _decorated_no_grad(x), x * w
 
 
-FUNCTIONS = [decorated, enable_inside, enable_then_more, no_grad_inside, set_grad_inside, nested, enable_plain, query_inside]
+FUNCTIONS = [decorated, enable_inside, enable_then_more, no_grad_inside, set_grad_inside, nested, enable_plain,
+             query_inside]
 OUTER = {"no_grad": torch.no_grad, "enable_grad": torch.enable_grad, "inference": torch.inference_mode}
 
 
