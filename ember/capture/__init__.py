@@ -6,7 +6,8 @@
 
 Files: frame.py (root frame + binder), interpreter.py (bytecode), operations.py /
 calls.py / builtins.py / modules.py / tensor_ops.py (meaning of operations),
-session.py (graph, guards, wrapping, epilogue), guards.py, sources.py, cache.py.
+session.py (graph, guards, wrapping, epilogue), guards.py, sources.py, cache.py (entries,
+per-function lock, user errors), autocast.py (autocast state, guard and eager's per-op casts).
 """
 from .cache import CacheEntry, CapturedFunction, CaptureEvent, compile_function, reset
 
