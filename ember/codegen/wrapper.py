@@ -156,11 +156,14 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
 
 
 def _emit_alias_check(out: WrapperSource, param_names: list[str], graph_extra: dict[str, Any]) -> None:
-    """Inputs written in place that share memory with another input (f(z[:4], z[2:])): the prim
-    graph treats inputs as distinct, so such a call runs the torch-level graph eagerly."""
-    mutated = sorted({p for p, _ in graph_extra.get("mutated_inputs", [])})
+    """Arguments written in place that share memory with another argument (f(z[:4], z[2:])): the
+    prim graph treats inputs as distinct, so such a call runs the torch-level graph eagerly.
+    Module and global state (parameters, BatchNorm buffers) is not checked: a check per buffer
+    would cost more per call than most graphs run (see _argument_inputs in prims/convert.py)."""
+    arguments = graph_extra.get("_argument_inputs", range(len(param_names)))
+    mutated = sorted({p for p, _ in graph_extra.get("mutated_inputs", [])} & set(arguments))
     torch_graph = graph_extra.get("_torch_graph")
-    tensors = [i for i in range(len(param_names)) if _is_tensor_input(graph_extra, i)]
+    tensors = [i for i in arguments if _is_tensor_input(graph_extra, i)]
     if not mutated or len(tensors) < 2 or torch_graph is None:
         return
     eager = out.bind("_eager_graph", torch_graph.as_callable())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import re
 from typing import Any
 
 import torch
@@ -89,11 +90,16 @@ class _Converter:
         decomposition = lookup(node.target)
         if decomposition is None:
             return self._extern(node, args, kwargs)
+        mutates = decomposition.mutates_self(args, kwargs) and is_tensor(args[0])
+        if mutates and is_tensor(args[0]):
+            _check_partial_overlap(args[0], args[1:], kwargs)
+        elif node.target in _SETITEM and len(args) == 3 and is_tensor(args[0]) and is_tensor(args[2]):
+            _check_setitem_overlap(args[0], args[1], args[2])
         self.emitter.log = []
         result = decomposition.fn(*args, **kwargs)
         if not decomposition.view:
             self._take_eager_layout(node, result)
-        if decomposition.mutates_self(args, kwargs) and is_tensor(args[0]):
+        if mutates:
             _check_inplace_result(args[0], result)
             F.write(args[0].alias, result)
             return args[0].alias
@@ -176,6 +182,9 @@ class _Converter:
         if inplace_method and name.rsplit(".", 1)[-1] in _METADATA_INPLACE:
             raise F.RunEagerly(f"{name} changes the tensor's shape or strides in place")
         functional = _functional_variant(target)
+        if (functional is not None or inplace_method or _binds_inplace(target, args, kwargs)) and \
+                args and is_tensor(args[0]):
+            _check_partial_overlap(args[0], args[1:], kwargs)
         if functional is not None and is_tensor(args[0]):
             result = emit(functional, *args, **kwargs)
             _check_inplace_result(args[0], result)
@@ -299,6 +308,8 @@ class _Converter:
         self.new.extra["mutated_inputs"] = mutated
         self.new.extra["output_aliases"] = aliases
         self.new.extra["output_sources"] = sources
+        self.new.extra["_argument_inputs"] = [i for i, p in enumerate(self.new.placeholders)
+                                              if _is_argument(p.extra.get("source"))]
 
     def _root_output(self, root: F.Root) -> Value:
         """An intermediate's final value as a fresh output buffer laid out as eager's tensor (views
@@ -347,6 +358,41 @@ _METADATA_INPLACE = {"resize_", "resize_as_", "set_", "as_strided_", "squeeze_",
 def _device(args: tuple, kwargs: dict) -> torch.device:
     devices = [v.device for v in tree_leaves((args, kwargs)) if is_tensor(v)]
     return devices[0] if devices else torch.device(kwargs.get("device") or "cpu")
+
+
+_SETITEM = (operator.setitem, torch.Tensor.__setitem__)
+
+
+def _check_setitem_overlap(target: Value, index: Any, value: Value) -> None:
+    """x[1:] = x[:-1]: the written region is x[index] (basic indexing only; eager's advanced
+    indexing checks differ and are left to the functional result)."""
+    items = index if isinstance(index, tuple) else (index,)
+    if target.alias is None or not all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items):
+        return
+    try:
+        destination = F.original_meta(target.alias).to_meta_tensor()[index]
+    except Exception:
+        return
+    written = dataclasses.replace(TensorMeta.of(destination), device=target.device)
+    _check_partial_overlap(target, (value,), {}, written)
+
+
+def _check_partial_overlap(target: Value, args: tuple, kwargs: dict, written: TensorMeta | None = None) -> None:
+    """x[1:].add_(x[:-1]): eager raises when an in-place op reads memory that overlaps what it
+    writes without being the same view (at::assert_no_partial_overlap), and for overlaps it cannot
+    classify it runs element by element.  Either way only eager reproduces it: run the graph so."""
+    if target.alias is None:
+        return
+    written = written or F.original_meta(target.alias)
+    for value in tree_leaves((args, kwargs)):
+        if not is_tensor(value) or value.alias is None or value.alias.root is not target.alias.root or \
+                value.alias is target.alias:
+            continue
+        read = F.original_meta(value.alias)
+        same = (tuple(read.shape), tuple(read.stride), read.storage_offset) == \
+            (tuple(written.shape), tuple(written.stride), written.storage_offset)
+        if not same and F.memory_overlaps(written, read):
+            raise F.RunEagerly("an in-place op reads memory that partially overlaps what it writes")
 
 
 def _check_inplace_result(target: Value, result: Any) -> None:
@@ -413,6 +459,12 @@ def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> d
                 kinds[id(r)] = "same" if o is meta else "view" if _shares_storage(o, meta) else "copy"
                 break
     return kinds
+
+
+def _is_argument(source: str | None) -> bool:
+    """Is a placeholder (by its capture source, e.g. "L['x'][0]") one of the call's arguments rather
+    than module or global state ("L['self'].bn.running_mean", "G['w']")?  Unknown: treat as one."""
+    return source is None or re.fullmatch(r"L\['[^']*'\](\[[^\]]*\])*", source) is not None
 
 
 def _names_device(value: Any, device: torch.device | None) -> bool:

@@ -151,6 +151,30 @@ def _non_overlapping(size: tuple, stride: tuple) -> bool:
     return len(np.unique(positions)) == numel
 
 
+def memory_overlaps(a: TensorMeta, b: TensorMeta) -> bool:
+    """Do two views of one storage share an element?  (True when unsure: symbolic or huge.)"""
+    sizes = (*a.shape, *a.stride, *b.shape, *b.stride, a.storage_offset, b.storage_offset)
+    if not all(isinstance(v, int) for v in sizes):
+        return True
+    if math.prod(a.shape) == 0 or math.prod(b.shape) == 0:
+        return False
+    def span(m: TensorMeta) -> tuple[int, int]:
+        low = m.storage_offset + sum((n - 1) * st for n, st in zip(m.shape, m.stride) if st < 0)
+        high = m.storage_offset + sum((n - 1) * st for n, st in zip(m.shape, m.stride) if st > 0)
+        return low, high
+    (a_low, a_high), (b_low, b_high) = span(a), span(b)
+    if a_high < b_low or b_high < a_low:
+        return False
+    if math.prod(a.shape) + math.prod(b.shape) > (1 << 20):
+        return True
+    def positions(m: TensorMeta) -> np.ndarray:
+        out = np.full((), m.storage_offset, dtype=np.int64)
+        for n, st in zip(m.shape, m.stride):
+            out = np.add.outer(out, np.arange(n, dtype=np.int64) * st)
+        return out.ravel()
+    return bool(np.intersect1d(positions(a), positions(b)).size)
+
+
 def slice_scatter(x: Value, new: Value, dim: int, start: Any, end: Any, step: Any = 1) -> Value:
     """x with x[..., start:end:step, ...] (along dim) replaced by new."""
     if step == 1:

@@ -9,6 +9,7 @@ its own input; a mismatch names the in-place op it came from.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -113,10 +114,10 @@ class Recorder:
 
 
 def compare(fn: Callable, make_inputs: Callable[[int], list], labels: list[str] | None = None,
-            options: dict | None = None, calls: int = 2) -> Recorder:
+            options: dict | None = None, calls: int = 2, fullgraph: bool = True) -> Recorder:
     """Compile fn, call it `calls` times on fresh inputs; outputs and inputs-after must equal eager's."""
     recorder = Recorder(options)
-    compiled = ember.compile(fn, backend=recorder, fullgraph=True)
+    compiled = ember.compile(fn, backend=recorder, fullgraph=fullgraph)
     for call in range(calls):
         inputs = make_inputs(call)
         eager_inputs = [x.clone() for x in inputs]
@@ -269,3 +270,96 @@ def test_inplace_ops_on_intermediate_views_triton() -> None:
         make = lambda call: [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * call + k))
                              for k in range(len(INPLACE))]
         compare(fn, make, labels=list(INPLACE), options={"cpu_backend": "triton"}, calls=1)
+
+
+# ------------------------------------------------------------------ eager's errors and out=
+def _self_overlap_add(x: torch.Tensor) -> torch.Tensor:
+    x[1:].add_(x[:-1])
+    return x
+
+
+def _self_overlap_copy(x: torch.Tensor) -> torch.Tensor:
+    x[1:].copy_(x[:-1])
+    return x
+
+
+def _self_overlap_setitem(x: torch.Tensor) -> torch.Tensor:
+    x[1:] = x[:-1]
+    return x
+
+
+def _transposed_self_add(x: torch.Tensor) -> torch.Tensor:
+    x.add_(x.t())
+    return x
+
+
+def _int_add_float(x: torch.Tensor) -> torch.Tensor:
+    x.add_(0.5)
+    return x
+
+
+def _broadcast_grows_self(x: torch.Tensor) -> torch.Tensor:
+    x.add_(torch.ones(4, 3))
+    return x
+
+
+def _out_is_view_of_input(a: torch.Tensor) -> torch.Tensor:
+    torch.add(a, 1, out=a[:2])
+    return a
+
+
+EAGER_ERRORS = {
+    "self_overlap_add": (_self_overlap_add, (5,), torch.float32),
+    "self_overlap_copy": (_self_overlap_copy, (5,), torch.float32),
+    "self_overlap_setitem": (_self_overlap_setitem, (5,), torch.float32),
+    "transposed_self_add": (_transposed_self_add, (3, 3), torch.float32),
+    "int_add_float": (_int_add_float, (4,), torch.int64),
+    "broadcast_grows_self": (_broadcast_grows_self, (4, 1), torch.float32),
+    "out_is_view_of_input": (_out_is_view_of_input, (4,), torch.float32),
+}
+
+
+@pytest.mark.parametrize("name", list(EAGER_ERRORS))
+def test_inplace_errors_like_eager(name: str) -> None:
+    """In-place ops eager rejects (partial self-overlap, a result dtype or shape that does not fit)
+    raise eager's exception compiled too, and leave the input as eager leaves it."""
+    fn, shape, dtype = EAGER_ERRORS[name]
+    x = torch.arange(math.prod(shape), dtype=dtype).reshape(shape)
+    eager_x, ember_x = x.clone(), x.clone()
+    with pytest.raises(RuntimeError) as eager_error:
+        fn(eager_x)
+    with pytest.raises(type(eager_error.value)):
+        ember.compile(fn)(ember_x)
+    torch.testing.assert_close(ember_x, eager_x)
+
+
+def _out_into_input(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch.add(a, b, out=b)
+    return b * 2
+
+
+def _out_into_new(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    c = torch.empty(6)
+    torch.mul(a, b, out=c)
+    return c
+
+
+@pytest.mark.parametrize("fn", [_out_into_input, _out_into_new], ids=["out_into_input", "out_into_new"])
+def test_out_argument(fn: Callable) -> None:
+    """out= is a graph break in capture: the pieces around it must still get the mutation right."""
+    compare(fn, lambda call: [torch.randn(6), torch.randn(6)], fullgraph=False)
+
+
+def test_inplace_activation_modules() -> None:
+    """nn modules built with inplace=True (timm's SiLU(inplace=True)): values and the input."""
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 8), torch.nn.SiLU(inplace=True), torch.nn.Linear(8, 8), torch.nn.Hardswish(inplace=True),
+        torch.nn.ReLU(inplace=True), torch.nn.Dropout(0.5, inplace=True), torch.nn.ELU(inplace=True),
+        torch.nn.Mish(inplace=True), torch.nn.Hardsigmoid(inplace=True), torch.nn.SELU(inplace=True),
+        torch.nn.CELU(inplace=True), torch.nn.ReLU6(inplace=True), torch.nn.LeakyReLU(inplace=True),
+        torch.nn.Hardtanh(inplace=True), torch.nn.Threshold(0.1, 0.2, inplace=True),
+        torch.nn.RReLU(inplace=True)).eval()
+    compiled = ember.compile(model)
+    for call in range(2):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(call))
+        torch.testing.assert_close(compiled(x.clone()), model(x.clone()))
