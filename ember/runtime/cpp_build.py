@@ -24,6 +24,7 @@ from ember.errors import CompileError
 CXX = os.environ.get("CXX", "g++")
 BASE_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-w"]
 NATIVE_FLAGS = ["-march=native"]
+KNOWN_PROBED_FLAGS = frozenset({*NATIVE_FLAGS, "-DEMBER_USE_LIBMVEC"})   # what compile_flags may add
 
 # statistics for benchmarks and tests: how many times g++ really ran
 stats = {"compiles": 0, "cache_hits": 0, "compile_seconds": 0.0}
@@ -67,7 +68,9 @@ def compile_flags() -> tuple[str, ...]:
         compiler_version().encode()).hexdigest()[:16] + ".txt")
     if os.path.exists(marker):
         with open(marker) as f:
-            return tuple(f.read().split())
+            flags = tuple(f.read().split())
+        if set(flags) <= KNOWN_PROBED_FLAGS:   # never pass g++ flags ember did not write
+            return flags
     flags = list(NATIVE_FLAGS) if _probe(NATIVE_FLAGS) else []   # -march=native can fail in odd containers
     if _probe(flags + ["-DEMBER_USE_LIBMVEC"], _LIBMVEC_PROBE):
         flags.append("-DEMBER_USE_LIBMVEC")                         # glibc >= 2.35: vector math

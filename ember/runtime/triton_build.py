@@ -86,7 +86,8 @@ def load_module(source: str, interpret: bool | None = None) -> Any:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module         # Triton reads the kernels' source through inspect
-        spec.loader.exec_module(module)
+        # run the source we hold (the file on disk holds the same): no __pycache__ .pyc ember did not write
+        exec(compile(source, path, "exec"), module.__dict__)
         if interpret:
             _to_interpreted(module)
         _modules[key] = module

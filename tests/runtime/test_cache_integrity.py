@@ -142,3 +142,26 @@ def test_a_damaged_triton_module_file_is_rewritten(tmp_path, monkeypatch, damage
     out = compile_graph(graph, [xv], {"cpu_backend": "triton"})(xv)[0]
     torch.testing.assert_close(out, torch.exp(xv * 0.625))
     assert triton_build.stats["modules_written"] == written + 1 and module.read_text() == text
+
+
+def test_a_foreign_flags_file_is_not_passed_to_the_compiler(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    cpp_build.compile_flags.cache_clear()
+    try:
+        flags = cpp_build.compile_flags()
+        [marker] = list((tmp_path / "cpp").glob("flags_*.txt"))
+        marker.write_text("-o /tmp/not-ember -march=native")
+        cpp_build.compile_flags.cache_clear()
+        assert cpp_build.compile_flags() == flags            # probed again, rewritten
+        assert marker.read_text().split() == list(flags)
+    finally:
+        cpp_build.compile_flags.cache_clear()
+
+
+def test_triton_modules_leave_no_bytecode_cache(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    graph, xv = graph_and_inputs(0.875)
+    out = compile_graph(graph, [xv], {"cpu_backend": "triton"})(xv)[0]
+    torch.testing.assert_close(out, torch.exp(xv * 0.875))
+    assert not list((tmp_path / "triton").rglob("*.pyc"))
