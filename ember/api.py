@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from ember.debug import logs as _logs  # noqa: F401  (imported here: a bad EMBER_LOGS fails at import ember)
 from ember.errors import CompileError
 from ember.graph import Graph
 

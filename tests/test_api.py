@@ -224,7 +224,9 @@ def test_reset_drops_compiled_entries():
     assert len(calls) == 2
 
 
-def test_backend_failure_is_a_compile_error_or_falls_back():
+def test_backend_failure_is_a_compile_error_or_falls_back(monkeypatch):
+    monkeypatch.delenv("EMBER_FALLBACK", raising=False)     # the default policy, whatever the suite sets
+
     def broken(graph, example_inputs):
         raise NotImplementedError("no kernels today")
 

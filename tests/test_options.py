@@ -18,6 +18,12 @@ from ember.api import CompileFallbackWarning, CompileOptions
 from ember.debug import logs
 
 
+@pytest.fixture(autouse=True)
+def default_fallback_policy(monkeypatch):
+    """These tests check the defaults: a suite-wide EMBER_FALLBACK=error must not change them."""
+    monkeypatch.delenv("EMBER_FALLBACK", raising=False)
+
+
 # ------------------------------------------------------------------ options
 @pytest.mark.parametrize("options", [{"bogus": 1}, {"fallback": "eager", "cpu_backnd": "triton"}, {"mode": "max-autotune"}])
 def test_unknown_option_keys_are_rejected_with_the_valid_ones(options):
@@ -120,9 +126,9 @@ def test_known_log_names_are_accepted():
         logs.set_logs(before)
 
 
-def test_unknown_log_name_in_the_environment_fails_at_import():
+def test_unknown_log_name_in_the_environment_fails_at_import_ember():
     env = dict(os.environ, EMBER_LOGS="graph,bogus")
-    result = subprocess.run([sys.executable, "-c", "import ember.debug.logs"], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-c", "import ember"], env=env, capture_output=True,
                             text=True, check=False)
     assert result.returncode != 0 and "unknown EMBER_LOGS name(s) 'bogus'" in result.stderr
 
