@@ -96,12 +96,17 @@ _NEUTRAL_COMMON = """to type_as reshape view_as reshape_as expand_as flatten unf
     fill_ zero_ copy_ add sub mul div true_divide floor_divide remainder neg positive abs bitwise_not
     bitwise_and bitwise_or bitwise_xor lt le eq ne gt ge maximum minimum clamp clip flip roll
     new_zeros new_ones new_full new_empty zeros_like ones_like full_like empty_like rand_like randn_like
-    square rsub mean std var var_mean std_mean amax amin max min argmax argmin all any"""
+    rsub mean std var var_mean std_mean amax amin max min argmax argmin all any"""
 _NEUTRAL_BY_DEVICE = {
-    "cpu": """softmax log_softmax softmin layer_norm group_norm rms_norm normalize sum cumsum pow exp log
+    "cpu": """softmax log_softmax softmin layer_norm group_norm rms_norm normalize sum cumsum pow square exp log
         rsqrt reciprocal logsumexp interpolate upsample_nearest2d upsample_bilinear2d norm""",
     "cuda": "",
 }
+# neutral names whose decomposition depends on an argument: (position, keyword, values that are NOT neutral);
+# F.pad(mode="reflect") reaches reflection_pad (fp32 on CPU), "circular" reaches cat (promote),
+# F.interpolate(mode="area") reaches adaptive_avg_pool3d, x.norm(p="nuc") reaches svd
+_NEUTRAL_UNLESS = {"pad": (2, "mode", {"reflect", "replicate", "circular"}),
+                   "interpolate": (3, "mode", {"area"}), "norm": (1, "p", {"nuc"})}
 NEUTRAL_NAMES = {device: set(_NEUTRAL_COMMON.split()) | set(_NEUTRAL_BY_DEVICE[device].split())
                  for device in DEVICES}
 
@@ -359,6 +364,19 @@ def _tensors(value: Any, out: list) -> None:
             _tensors(item, out)
 
 
+def _neutral_for_these_arguments(name: str, args: list, kwargs: dict) -> bool:
+    condition = _NEUTRAL_UNLESS.get(name)
+    if condition is None:
+        return True
+    position, keyword, not_neutral = condition
+    value = kwargs.get(keyword, args[position] if len(args) > position else None)
+    if value is None:
+        return True
+    if not isinstance(value, V.ConstantValue):
+        return False
+    return value.value not in not_neutral
+
+
 def _has_dtype_argument(args: list, kwargs: dict) -> bool:
     dtype = kwargs.get("dtype")
     if dtype is not None and not (isinstance(dtype, V.ConstantValue) and dtype.value is None):
@@ -383,9 +401,9 @@ def apply_casts(session: Any, target: Any, args: list, kwargs: dict,
         raise Unsupported(f"{name} under autocast with tensors on {' and '.join(active)}", line)
     device = active[0]
     policy = classify(name, device)
-    if policy == NEUTRAL:
+    if policy == NEUTRAL and _neutral_for_these_arguments(name, args, kwargs):
         return args, kwargs
-    if policy in (UNKNOWN, BANNED):
+    if policy in (UNKNOWN, BANNED, NEUTRAL):  # NEUTRAL here: not for these arguments
         raise Unsupported(f"{name} under {device} autocast: capture does not model what autocast does to it",
                           line, "eager runs this frame")
 

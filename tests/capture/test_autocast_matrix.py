@@ -182,7 +182,39 @@ NEUTRAL_CASES = [
     ("std", lambda x: x.std(-1)), ("amax", lambda x: x.amax(-1)), ("where", lambda x: torch.where(x > 0, x, 0.0)),
     ("clamp", lambda x: x.clamp(-1, 1)), ("masked_fill", lambda x: x.masked_fill(x > 0, 1.0)),
     ("pixel_shuffle", lambda x: F.pixel_shuffle(x.repeat(1, 4, 1, 1)[:, :4], 2)),
+    ("square", torch.square), ("softplus", F.softplus), ("cumprod_neg", lambda x: -x.cumsum(0)),
+    ("interpolate_nearest", lambda x: F.interpolate(x, scale_factor=2)),
+    ("embedding", lambda x: F.embedding(torch.tensor([[0, 1]]), x.flatten(0, 1).flatten(1))),
 ]
+
+
+# calls that reach an op autocast changes only for some arguments: capture must either model them
+# or break; either way the result equals eager under autocast
+ARGUMENT_DEPENDENT = [
+    ("pad_reflect", lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect")),
+    ("pad_replicate", lambda x: F.pad(x, (1, 1, 1, 1), mode="replicate")),
+    ("pad_circular", lambda x: F.pad(x, (1, 1, 1, 1), mode="circular")),
+    ("pad_constant", lambda x: F.pad(x, (1, 1, 1, 1), mode="constant", value=2.0)),
+    ("interpolate_area", lambda x: F.interpolate(x, size=(4, 4), mode="area")),
+    ("interpolate_area_3d", lambda x: F.interpolate(x.unsqueeze(2), size=(1, 4, 4), mode="area")),
+    ("einsum", lambda x: torch.einsum("bchw,bcwk->bchk", x, x)),
+    ("tensordot", lambda x: torch.tensordot(x, x, dims=([3], [2]))),
+    ("cross_entropy", lambda x: F.cross_entropy(x, torch.zeros(2, 8, 8, dtype=torch.long))),
+    ("grid_sample", lambda x: F.grid_sample(x, torch.zeros(2, 4, 4, 2), align_corners=False)),
+    ("fft", lambda x: torch.fft.rfft(x).abs()), ("inverse", lambda x: torch.linalg.inv(x + 4 * torch.eye(8))),
+    ("cdist", lambda x: torch.cdist(x, x)), ("prod", lambda x: x.prod(-1)), ("trace", lambda x: x[0, 0].trace()),
+    ("avg_pool3d", lambda x: F.avg_pool3d(x.unsqueeze(0), 2)), ("kl_div", lambda x: F.kl_div(x, x.exp())),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name,fn", ARGUMENT_DEPENDENT, ids=[c[0] for c in ARGUMENT_DEPENDENT])
+def test_cpu_argument_dependent_and_composite_ops(name, fn, dtype):
+    x = _x.to(dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = fn(x)
+        actual = _compile(lambda x: fn(x), "eager")(x)
+    _assert_same(expected, actual)
 
 
 @pytest.mark.parametrize("name,fn", NEUTRAL_CASES, ids=[c[0] for c in NEUTRAL_CASES])
