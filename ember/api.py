@@ -193,12 +193,18 @@ def resolve_backend(backend: str | Callable[..., Any], options: CompileOptions |
                 if error is exc:
                     raise
                 raise error from exc
-            _warn_at_user_line(_fallback_message(name, error, graph), error.source_line or _first_source_line(graph))
+            message = _fallback_message(name, error, graph)
+            if message not in _warned_fallbacks:      # once per line and reason (recompiles repeat them)
+                _warned_fallbacks.add(message)
+                _warn_at_user_line(message, error.source_line or _first_source_line(graph))
             return _eager_backend(graph, example_inputs)
 
     compile_one_graph.backend_name = name  # type: ignore[attr-defined]
     compile_one_graph.options = settings  # type: ignore[attr-defined]
     return compile_one_graph
+
+
+_warned_fallbacks: set[str] = set()     # fallback warnings given (ember.reset() forgets them)
 
 
 class CompileFallbackWarning(UserWarning):
@@ -410,6 +416,7 @@ def reset() -> None:
     """Drop every compiled entry and cache: capture's, each compiled function's, the backend's."""
     for captured in list(_live_captures):
         captured.reset()
+    _warned_fallbacks.clear()
     for module_name in ("ember.capture", "ember.backend", "ember.runtime"):
         module = sys.modules.get(module_name)  # a module never imported holds no cache
         reset_module = getattr(module, "reset", None)

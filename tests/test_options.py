@@ -22,6 +22,7 @@ from ember.debug import logs
 def default_fallback_policy(monkeypatch):
     """These tests check the defaults: a suite-wide EMBER_FALLBACK=error must not change them."""
     monkeypatch.delenv("EMBER_FALLBACK", raising=False)
+    ember.reset()                     # forget fallback warnings given by earlier tests
 
 
 # ------------------------------------------------------------------ options
@@ -161,6 +162,11 @@ def test_a_graph_that_cannot_compile_runs_eagerly_with_one_warning(monkeypatch):
     assert "stage: lower" in message and "lowering exploded" in message   # the stage and the reason
     assert "options={'fallback': 'error'}" in message                 # how to get an error instead
     assert fallback[0].filename.endswith("test_options.py") and fallback[0].lineno == FUNCTION_LINE
+    y = torch.randn(2, 3)            # a new shape: a recompile, failing at the same line for the same reason
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(y), y.sin() * 2)
+    assert not [w for w in caught if issubclass(w.category, CompileFallbackWarning)]   # still only once
 
 
 @pytest.mark.parametrize("settings", [{"options": {"fallback": "error"}}, {"fullgraph": True}],
