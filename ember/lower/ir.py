@@ -333,6 +333,8 @@ def linearize(indices: Iterable[Index], sizes: Iterable[int]) -> Index:
 def delinearize(flat: Index, sizes: Iterable[int]) -> tuple[Index, ...]:
     """Multi-dim index of a row-major flat index (the inverse of linearize)."""
     sizes = tuple(int(s) for s in sizes)
+    if 0 in sizes:  # no element: the loop never reaches this index (and there is no size to divide by)
+        return tuple(const_index(0) for _ in sizes)
     out = []
     stride = 1
     for size in reversed(sizes):

@@ -32,7 +32,7 @@ class InputSpec:
     """One argument: a tensor (shape, dtype, layout) or a Python scalar (dtype None, value)."""
     shape: tuple[int, ...] = ()
     dtype: torch.dtype | None = torch.float32
-    layout: str = "contiguous"  # contiguous | transposed | strided | expanded
+    layout: str = "contiguous"  # contiguous | transposed | strided | expanded | offset
     value: Any = None           # Python scalar arguments only
 
     def make(self, gen: torch.Generator) -> Any:
@@ -44,6 +44,9 @@ class InputSpec:
         if self.layout == "strided" and len(self.shape) >= 1:
             base = _random_tensor(self.shape[:-1] + (2 * self.shape[-1],), self.dtype, gen)
             return base[..., ::2]
+        if self.layout == "offset" and len(self.shape) >= 1:  # a view with a storage offset
+            base = _random_tensor((self.shape[0] + 1,) + self.shape[1:], self.dtype, gen)
+            return base[1:]
         if self.layout == "expanded" and len(self.shape) >= 1:
             base = _random_tensor((1,) + self.shape[1:], self.dtype, gen)
             return base.expand(self.shape)
@@ -118,6 +121,8 @@ class _Builder:
             layout = "strided"
         elif roll < 0.32 and len(shape) >= 1 and shape[0] > 1:
             layout = "expanded"
+        elif roll < 0.38 and len(shape) >= 1:
+            layout = "offset"
         spec = InputSpec(tuple(shape), dtype, layout)
         name = f"a{len(self.inputs)}"
         self.inputs.append(spec)
@@ -134,7 +139,11 @@ class _Builder:
 
     def random_shape(self) -> tuple[int, ...]:
         rank = self.rng.choice([0, 1, 1, 2, 2, 2, 3, 3, 4])
-        return tuple(self.rng.choice([1, 2, 3, 4, 5, 8]) for _ in range(rank))
+        if self.rng.random() < 0.12 and rank:  # long rows: vectorized loops with tails, split reductions
+            return tuple(self.rng.choice([17, 33, 64, 130, 1031]) if i == rank - 1 else self.rng.choice([1, 2, 3])
+                         for i in range(rank))
+        sizes = [1, 2, 3, 4, 5, 8] + ([0] if self.rng.random() < 0.03 else [])
+        return tuple(self.rng.choice(sizes) for _ in range(rank))
 
     def pick(self, predicate=lambda v: True) -> str | None:
         names = [n for n in self.tensors if predicate(self.env[n])]
@@ -217,12 +226,12 @@ BINARY = ["{} + {}", "{} - {}", "{} * {}", "{} / {}", "torch.add({}, {}, alpha=2
 def _statement(b: _Builder) -> None:
     rng = b.rng
     kind = rng.choices(["unary", "binary", "ternary", "cast", "view", "reduce", "matmul", "cat", "pad",
-                        "inplace", "complex"],
+                        "inplace", "complex", "misc"],
                        weights=[12, 18, 8, 5, 12, 12, 8, 5, 2, 8 if b.inplace_ops else 0,
-                                2 if b.complex_ops else 0])[0]
+                                2 if b.complex_ops else 0, 8])[0]
     maker = {"unary": _unary, "binary": _binary, "ternary": _ternary, "cast": _cast, "view": _view,
              "reduce": _reduce, "matmul": _matmul, "cat": _cat, "pad": _pad, "inplace": _inplace,
-             "complex": _complex}[kind]
+             "complex": _complex, "misc": _misc}[kind]
     for _ in range(6):  # a few tries to find a statement eager accepts
         expr = maker(b)
         if expr is not None and b.try_statement(expr) is not None:
@@ -417,6 +426,34 @@ def _inplace(b: _Builder) -> str | None:
     if roll < 0.9 and shape:
         return f"{x}[0].mul_(2) if {x}.ndim else {x}.mul_(2)"
     return f"{x}.copy_({b.operand_like(shape)})"
+
+
+def _misc(b: _Builder) -> str | None:
+    """Indexing, creation and data-movement ops."""
+    rng = b.rng
+    x = b.any_tensor()
+    shape = tuple(b.env[x].shape)
+    rank = len(shape)
+    d = rng.randrange(rank) if rank else 0
+    n = shape[d] if rank else 1
+    options = [f"torch.zeros_like({x})", f"torch.ones_like({x}, dtype=torch.float32)", f"{x}.new_full((2,), 3)",
+               f"torch.full_like({x}, 2.5)", f"{x} + torch.arange({max(n, 1)})" if rank == 1 else f"{x} * 2",
+               f"{x}.sum(dtype=torch.float64)", f"{x}.cumsum(0, dtype=torch.float32)" if rank else f"{x} + 0",
+               f"torch.where({x} > 0, 1.5, 0)", f"torch.where({x} != 0, {x}, 2)",
+               f"F.softmax({x}, -1, dtype=torch.float64)" if rank else f"{x}.exp()",
+               f"{x}.expand_as({b.operand_like(shape)})"]
+    if rank:
+        index = f"torch.tensor({[rng.randrange(-n, n) if n else 0 for _ in range(3)]})"
+        options += [f"{x}.flip({d})", f"torch.roll({x}, 1, {d})", f"{x}.repeat({', '.join(['2'] + ['1'] * (rank - 1))})",
+                    f"{x}.index_select({d}, {index}.abs() % {max(n, 1)})", f"{x}[{index}]",
+                    f"torch.gather({x}, {d}, torch.zeros_like({x}, dtype=torch.int64))",
+                    f"{x}[..., None]", f"{x}[None]",
+                    f"{x}.unbind({d})[0]", f"{x}.split(2, {d})[-1]", f"{x}.unflatten({d}, ({n}, 1))"]
+    if rank >= 2:
+        options += [f"torch.tril({x})", f"{x}.triu(1)", f"{x}.diagonal()",
+                    f"{x}[[0, -1]][:, [1, 0]]" if shape[0] and shape[1] >= 2 else f"{x}.t()",
+                    f"torch.einsum('ij->ji', {x})" if rank == 2 else f"{x}.sum(1)"]
+    return rng.choice(options)
 
 
 def _complex(b: _Builder) -> str:

@@ -69,6 +69,23 @@ REGRESSIONS = {
     "int_pow_negative_int_raises": ("""def program(a0):
     return (a0 ** -1,)
 """, [((4,), torch.int32)]),
+    # add/sub's alpha is cast to the promoted type of the two operands (2 is True for bools), it does
+    # not promote them: bool + 2 * bool stays bool (was int64, and 2.0 where eager gives 1.0)
+    "add_alpha_bool": ("""def program(a0, a1):
+    v0 = a0.all(1, keepdim=True)
+    return (torch.add(a1, v0, alpha=2).float(), torch.add(v0, v0, alpha=2), torch.add(a0, 3, alpha=2))
+""", [((2, 8), torch.float16, "expanded"), ((), torch.bool)]),
+    "add_alpha_int8_wraps": ("""def program(a0):
+    return (torch.add(a0, 100, alpha=2), torch.sub(a0.float(), a0, alpha=3))
+""", [((5,), torch.int8)]),
+    "sub_of_bool_raises": ("""def program(a0):
+    return (torch.sub(a0.float(), a0 > 0),)
+""", [((4,), f32)]),
+    # a kernel over a zero-size tensor delinearized its index modulo 0 (internal AssertionError)
+    "cat_of_empty": ("""def program(a0, a1):
+    v1 = torch.zeros_like(a0).clamp(0, None)
+    return (v1, torch.cat([v1, a1], dim=0))
+""", [((2, 0, 5), f32), ((1, 0, 5), torch.float16, "offset")]),
 }
 
 

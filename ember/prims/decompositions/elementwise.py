@@ -128,16 +128,35 @@ def nan_to_num(x: Value, nan: float = 0.0, posinf: float | None = None, neginf: 
 # ----------------------------------------------------------------- binary math
 @register(torch.add, T.add, operator.add, T.__add__, T.__radd__)
 def add(x: Any, other: Any, *, alpha: Any = 1) -> Any:
-    if alpha != 1:
-        other = ops.mul(other, alpha)
-    return ops.add(x, other)
+    return ops.add(x, _times_alpha(x, other, alpha))
 
 
 @register(torch.sub, T.sub, torch.subtract, T.subtract, operator.sub, T.__sub__)
 def sub(x: Any, other: Any, *, alpha: Any = 1) -> Any:
-    if alpha != 1:
-        other = ops.mul(other, alpha)
-    return ops.sub(x, other)
+    if any((is_tensor(v) and v.dtype == torch.bool) or isinstance(v, bool) for v in (x, other)):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+                           "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+    return ops.sub(x, _times_alpha(x, other, alpha))
+
+
+def _promoted(*operands: Any) -> torch.dtype | None:
+    if not any(is_tensor(v) for v in operands):
+        return None
+    return result_type([ops._operand_tier(v) for v in operands])
+
+
+def _times_alpha(x: Any, other: Any, alpha: Any) -> Any:
+    """alpha * other as eager computes it: in the promoted type of x and other, with alpha cast to
+    that type (alpha=2 is True for bools), not promoted by alpha itself."""
+    if isinstance(alpha, bool) or alpha != 1:
+        dtype = _promoted(x, other)
+        if dtype is None:
+            return other * alpha
+        if isinstance(alpha, float) and not (dtype.is_floating_point or dtype.is_complex):
+            raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+        other = ops.cast(other, dtype) if is_tensor(other) else other
+        return ops.mul(other, ops._python_scalar(alpha, dtype))
+    return other
 
 
 @register(torch.rsub, T.__rsub__)
