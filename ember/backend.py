@@ -150,8 +150,9 @@ def _build_cpp(sched: Schedule) -> tuple[dict[str, tuple[Callable, list[str]]], 
     launchers = {}
     for kernel in sched.kernels:
         args = kernel_arguments(kernel)
-        launch = cpp_build.load_function(lib, kernel.name, len(args))
-        if checks_indices(kernel):
-            launch = cpp_build.index_checked(launch, lib)
+        checked = checks_indices(kernel)
+        launch = cpp_build.load_function(lib, kernel.name, len(args) + checked)
+        if checked:
+            launch = cpp_build.index_checked(launch)
         launchers[kernel.name] = (launch, args)
     return launchers, f"// {so_path}\n{source}"

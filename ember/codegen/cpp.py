@@ -8,8 +8,9 @@ OpenMP-parallel when the work is large enough; inner loops carry
 uint16_t and computed in float (rounded once on store); sums accumulate in
 float (double for float64, int64 for integers); variance is two-pass.
 An indirect index is checked (``ember_check_index``): the first out-of-range one
-is recorded in the library's error record and the host raises eager's exception
-after the kernel (``index_error_record``); the load then reads element 0.
+is recorded in the error record the caller passes as the kernel's last argument
+(``int64_t* ember_error``, one per calling thread) and the host raises eager's
+exception after the kernel (``cpp_build.index_checked``); the load reads element 0.
 """
 from __future__ import annotations
 
@@ -84,6 +85,8 @@ class KernelPrinter:
             ctype = STORAGE_TYPE[self.buffers[name].dtype]
             const = "const " if name in k.reads else ""
             params.append(f"{const}{ctype}* __restrict__ {self.pointer(name)}")
+        if checks_indices(k):
+            params.append("int64_t* __restrict__ ember_error")   # the caller's record of a bad index
         header = [f"// {k.name}: {len(k.fused_ops)} fused ops: {', '.join(k.fused_ops[:12])}"
                   + (" ..." if len(k.fused_ops) > 12 else ""),
                   (f"// loops: outer {[v.size for v in k.outer_vars]}, inner {[v.size for v in k.inner_vars]}; "
@@ -470,7 +473,7 @@ def render_op(node: Op, args: list[str]) -> str:
     if name == "philox_uniform":   # (seed, counter) -> float in [0, 1), see lower/lower_indexing.py
         return f"ember_philox_uniform({args[0]}, {args[1]})"
     if name == "check_index":      # (index, size, code, reported) -> index; see lower/lower_indexing.py
-        return f"ember_check_index({args[0]}, {args[1]}, {args[2]}, {args[3]})"
+        return f"ember_check_index({args[0]}, {args[1]}, {args[2]}, {args[3]}, ember_error)"
     operand_dtype = node.args[0].dtype if node.args else node.dtype
     T = compute_type(operand_dtype)
     is_float = operand_dtype.is_floating_point

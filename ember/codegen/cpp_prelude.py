@@ -56,19 +56,20 @@ static inline float ember_round_bf16(float f) { return ember_bf16_to_float(ember
 static inline float ember_round_half(float f) { return ember_half_to_float(ember_float_to_half(f)); }
 
 // ---- bounds checks of indirect indices (check_index in lower/lower_indexing.py) ----------
-// One unsigned compare per indirect load; the rare failure records {failed, index as written, size,
-// code} once and reads element 0 instead, and the host raises eager's exception after the kernel.
-static int64_t ember_index_error[4] = {0, 0, 0, 0};
-extern "C" int64_t* ember_index_error_record() { return ember_index_error; }
-__attribute__((noinline, cold)) static int64_t ember_index_fail(int64_t reported, int64_t size, int64_t code) {
-  if (__atomic_exchange_n(&ember_index_error[0], 1, __ATOMIC_RELAXED) == 0) {
-    ember_index_error[1] = reported; ember_index_error[2] = size; ember_index_error[3] = code;
+// One unsigned compare per indirect load.  The rare failure records {failed, index as written, size,
+// code} once in the caller's record (the kernel's ember_error argument) and reads element 0 instead;
+// the host raises eager's exception after the kernel.
+__attribute__((noinline, cold)) static int64_t ember_index_fail(int64_t* error, int64_t reported, int64_t size,
+                                                                int64_t code) {
+  if (__atomic_exchange_n(&error[0], 1, __ATOMIC_RELAXED) == 0) {
+    error[1] = reported; error[2] = size; error[3] = code;
   }
   return 0;
 }
-static inline int64_t ember_check_index(int64_t index, int64_t size, int64_t code, int64_t reported) {
+static inline int64_t ember_check_index(int64_t index, int64_t size, int64_t code, int64_t reported,
+                                        int64_t* error) {
   if (__builtin_expect(static_cast<uint64_t>(index) < static_cast<uint64_t>(size), 1)) return index;
-  return ember_index_fail(reported, size, code);
+  return ember_index_fail(error, reported, size, code);
 }
 
 // ---- Philox4x32-10 uniforms, bit-identical to ember/prims/philox.py (and Triton's tl.rand):

@@ -15,6 +15,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -167,15 +168,18 @@ def load_function(lib: ctypes.CDLL, name: str, num_args: int):
     return fn
 
 
-def index_checked(launch: Callable[..., None], lib: ctypes.CDLL) -> Callable[..., None]:
-    """``launch`` followed by a look at the library's index-error record (codegen/cpp_prelude.py):
-    an out-of-range index found by the kernel raises eager's exception here, once."""
-    getter = lib.ember_index_error_record
-    getter.restype = ctypes.POINTER(ctypes.c_int64)
-    record = getter()
+def index_checked(launch: Callable[..., None]) -> Callable[..., None]:
+    """``launch`` of a kernel that checks indirect indices: it takes one more pointer, an error
+    record (one per calling thread, so concurrent calls never see each other's errors), and an
+    out-of-range index it found raises eager's exception here (codegen/cpp_prelude.py)."""
+    per_thread = threading.local()
 
     def checked_launch(*pointers: int) -> None:
-        launch(*pointers)
+        record = getattr(per_thread, "record", None)
+        if record is None:
+            record = per_thread.record = (ctypes.c_int64 * 4)()
+            per_thread.address = ctypes.addressof(record)
+        launch(*pointers, per_thread.address)
         if record[0]:
             from ember.lower.lower_indexing import index_error
             value, size, code = record[1], record[2], record[3]

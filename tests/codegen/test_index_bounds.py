@@ -164,3 +164,29 @@ def test_triton_kernels_with_checks_build_for_an_h100(monkeypatch, tmp_path):
     for actual, expected in zip(compiled(*args), f(*args)):
         torch.testing.assert_close(actual, expected)
     assert built and all(built)
+
+
+def test_threads_see_only_their_own_bad_indices():
+    # the C++ error record is per calling thread: a good call never raises another thread's error,
+    # and a bad call always raises (never returns the element-0 stand-in)
+    import concurrent.futures
+    x = torch.randn(2000, 64)
+    compiled = ember.compile(lambda x, i: torch.gather(x, 1, i) * 2, options=BACKENDS["cpp"])
+    good = torch.randint(0, 64, (2000, 16))
+    bad = good.clone()
+    bad[1999, 15] = 64
+    expected = torch.gather(x, 1, good) * 2
+    compiled(x, good)
+
+    def call(n):
+        if n % 2:
+            try:
+                compiled(x, bad)
+            except RuntimeError:
+                return "raised"
+            return "returned"
+        return "equal" if torch.equal(compiled(x, good), expected) else "wrong"
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(call, range(200)))
+    assert outcomes == ["equal", "raised"] * 100
