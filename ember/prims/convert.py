@@ -287,6 +287,11 @@ class _Converter:
         mutated: list[tuple[int, int]] = []
         for placeholder_index, root in enumerate(self.roots):
             if root is not None and root.version > 0 and root.current.node is not root.original.node:
+                meta = root.original.meta
+                if _overlaps_itself(meta):
+                    # an expanded input written in place: eager's fill_ writes each location once,
+                    # a write-back copy_ would raise; other ops raise in eager. Only eager is exact.
+                    raise F.RunEagerly("an input whose elements overlap in memory is written in place")
                 mutated.append((placeholder_index, len(outputs)))
                 outputs.append(root.current.node)
         base_of_root: dict[int, int] = {}
@@ -459,6 +464,14 @@ def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> d
                 kinds[id(r)] = "same" if o is meta else "view" if _shares_storage(o, meta) else "copy"
                 break
     return kinds
+
+
+def _overlaps_itself(meta: TensorMeta) -> bool:
+    """Do two elements of this input share a memory location (expanded, overlapping as_strided)?"""
+    shape, stride = tuple(meta.shape), tuple(meta.stride)
+    if all(isinstance(v, int) for v in (*shape, *stride)):
+        return not F.non_overlapping(shape, stride)
+    return any(st == 0 and n != 1 for n, st in zip(shape, stride))   # symbolic sizes: broadcast dims
 
 
 def _is_argument(source: str | None) -> bool:

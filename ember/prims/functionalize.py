@@ -119,7 +119,7 @@ class StorageView:
 
     def scatter(self, x: Value, new: Value) -> Value:
         order, dense = self._dense_root()
-        if not dense or not _non_overlapping(self.meta.shape, self.meta.stride):
+        if not dense or not non_overlapping(self.meta.shape, self.meta.stride):
             raise RunEagerly("in-place update through a view whose elements overlap in memory")
         if ops.prod_sizes(self.meta.shape) == 0:
             return x
@@ -132,8 +132,11 @@ class StorageView:
         return ops.permute(ops.reshape(updated, [x.shape[d] for d in order]), inverse)
 
 
-def _non_overlapping(size: tuple, stride: tuple) -> bool:
-    """No two elements of the view share a memory location (exact for small views)."""
+def non_overlapping(size: tuple, stride: tuple) -> bool:
+    """No two elements of the view share a memory location (exact for small views; False when
+    unsure)."""
+    if not all(isinstance(v, int) for v in (*size, *stride)):
+        return False
     dims = sorted((abs(st), n) for n, st in zip(size, stride) if n != 1)
     reach = 0
     for st, n in dims:

@@ -363,3 +363,17 @@ def test_inplace_activation_modules() -> None:
     for call in range(2):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(call))
         torch.testing.assert_close(compiled(x.clone()), model(x.clone()))
+
+
+def test_expanded_input_written_in_place() -> None:
+    """zero_ on an expanded (stride-0) input is fine in eager; a write-back copy_ would raise."""
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple:
+        x.zero_()
+        return x + y, x
+    for call in range(2):
+        base = torch.randn(1, 3, generator=torch.Generator().manual_seed(call))
+        eager_x, ember_x = base.clone().expand(4, 3), base.clone().expand(4, 3)
+        y = torch.randn(4, 3)
+        expected, actual = fn(eager_x, y), ember.compile(fn)(ember_x, y)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(ember_x, eager_x)
