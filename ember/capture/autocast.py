@@ -400,6 +400,9 @@ def apply_casts(session: Any, target: Any, args: list, kwargs: dict,
     if len(active) > 1:
         raise Unsupported(f"{name} under autocast with tensors on {' and '.join(active)}", line)
     device = active[0]
+    if name == "div" and (target_name(target) in ("__rtruediv__", "__rdiv__") or
+                          (args and not isinstance(args[0], V.TensorValue))):
+        name = "reciprocal"  # `2 / x` is Tensor.__rdiv__: x.reciprocal() * 2 (fp32 under CUDA autocast)
     policy = classify(name, device)
     if policy == NEUTRAL and _neutral_for_these_arguments(name, args, kwargs):
         return args, kwargs

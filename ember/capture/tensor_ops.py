@@ -209,6 +209,10 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
             _META_CACHE.clear()
         _META_CACHE[cache_key] = meta_result
     device = _device_of_output(target, graph_args, graph_kwargs, inputs)
+    if not inputs and graph_kwargs.get("device") is None and _get_default_device is not None:
+        # a factory without device=: torch.set_default_device() decides where it lives
+        session.guards.add(None, "{get_default_device}() == {device}", get_default_device=_get_default_device,
+                           device=_get_default_device())
     _check_devices(op_name, inputs, device, line)
     in_place = _is_in_place(target, graph_kwargs)
 
@@ -277,6 +281,8 @@ def _meta_key_of(value: Any) -> Any:
         return ("C", type(value.obj), value.obj)
     raise _NotCacheable
 
+
+_get_default_device = getattr(torch, "get_default_device", None)
 
 # ops that take tensors on several devices in eager (a copy across devices, CPU index tensors)
 _CROSS_DEVICE_OPS = {"to", "copy_", "type_as", "getitem", "setitem", "index_put_", "index_put", "index",

@@ -182,7 +182,7 @@ NEUTRAL_CASES = [
     ("std", lambda x: x.std(-1)), ("amax", lambda x: x.amax(-1)), ("where", lambda x: torch.where(x > 0, x, 0.0)),
     ("clamp", lambda x: x.clamp(-1, 1)), ("masked_fill", lambda x: x.masked_fill(x > 0, 1.0)),
     ("pixel_shuffle", lambda x: F.pixel_shuffle(x.repeat(1, 4, 1, 1)[:, :4], 2)),
-    ("square", torch.square), ("softplus", F.softplus), ("cumprod_neg", lambda x: -x.cumsum(0)),
+    ("square", torch.square), ("rdiv", lambda x: 3 / x), ("rpow", lambda x: 2 ** x), ("rsub", lambda x: 1 - x), ("softplus", F.softplus), ("cumprod_neg", lambda x: -x.cumsum(0)),
     ("interpolate_nearest", lambda x: F.interpolate(x, scale_factor=2)),
     ("embedding", lambda x: F.embedding(torch.tensor([[0, 1]]), x.flatten(0, 1).flatten(1))),
 ]
@@ -481,7 +481,7 @@ def test_cuda_autocast_models(dtype):
 
         def f(x):
             y = model(x)
-            return y, y.sum(), y.softmax(-1), torch.exp(y)
+            return y, y.sum(), y.softmax(-1), torch.exp(y), 3 / y, 2 ** y, 1 - y, y / 3, y ** 2
 
         with torch.no_grad(), torch.autocast("cuda", dtype=dtype):
             expected = f(x)
@@ -503,3 +503,27 @@ def test_autocast_setters_inside_break_the_graph():
             _assert_same(f(x), compiled(x))
     assert _breaks(compiled)
     assert not torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name,fn", NEUTRAL_CASES + ARGUMENT_DEPENDENT,
+                         ids=[c[0] for c in NEUTRAL_CASES + ARGUMENT_DEPENDENT])
+def test_cuda_ops_equal_eager_under_autocast(name, fn, dtype):
+    """Whatever capture decides (casts, neutral, break), the result is eager's, dtype included."""
+    if name in ("inverse",):
+        pytest.skip("cuSOLVER")
+    x = _x.cuda()
+    torch.set_default_device("cuda")  # the cases build helper tensors without device=
+    try:
+        for input_dtype in (torch.float32, dtype):
+            with torch.autocast("cuda", dtype=dtype):
+                try:
+                    expected = fn(x.to(input_dtype))
+                except RuntimeError:
+                    continue  # not supported by eager for this dtype
+                compiled = _compile(lambda x: fn(x), "eager")
+                actual = compiled(x.to(input_dtype))
+            _assert_same(expected, actual)
+    finally:
+        torch.set_default_device(None)

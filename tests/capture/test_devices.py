@@ -122,3 +122,19 @@ def test_cuda_index_with_cpu_indices_and_scalars():
         return x[i] * s
     x, i, s = torch.randn(5, device="cuda"), torch.tensor([0, 3]), torch.tensor(3.0)
     torch.testing.assert_close(ember.compile(f)(x, i, s), f(x, i, s))
+
+
+def test_default_device_is_guarded():
+    def f(x):
+        return torch.ones(3) + x.sum()
+    x = torch.randn(3)
+    compiled = ember.compile(f)
+    assert compiled(x).device.type == "cpu"
+    torch.set_default_device("meta")  # a device every machine has: factories now make meta tensors
+    try:
+        expected = f(x)
+        assert expected.device.type == "meta"
+        assert compiled(x).device.type == "meta"
+    finally:
+        torch.set_default_device(None)
+    assert compiled(x).device.type == "cpu"
