@@ -143,6 +143,27 @@ class _Converter:
         eager_kinds = _eager_alias_kinds(target, args, kwargs, result) if passthrough else {}
         emitted = set(self.emitter.log)
 
+        eager_views: list[Any] = []      # leaves of eager's result on the original layout (lazily)
+
+        def eager_view_meta(position: int) -> TensorMeta | None:
+            """A view decomposition's result that is no chain of view prims (x.view(torch.int32),
+            narrow at a tensor start): eager's strides over the root's storage if it is a view."""
+            if not eager_views:
+                original = F.original_meta(view_of.alias).to_meta_tensor()
+                try:
+                    out, given = meta_call(target, args, kwargs,
+                                           to_meta=lambda v: original if v is view_of else None)
+                except Exception:
+                    out, given = None, []
+                eager_views.append((tree_leaves(out), given[0] if given else None))
+            leaves, base = eager_views[0]
+            leaf = leaves[position] if position < len(leaves) else None
+            if not isinstance(leaf, torch.Tensor) or base is None or not _shares_storage(leaf, base):
+                return None
+            return dataclasses.replace(TensorMeta.of(leaf), device=view_of.device, requires_grad=False)
+
+        positions = {id(r): k for k, r in enumerate(tree_leaves(result))}
+
         def wrap(r: Any) -> Any:
             if isinstance(r, (tuple, list)):
                 return type(r)(wrap(item) for item in r)
@@ -160,6 +181,11 @@ class _Converter:
                 steps = F.view_chain(view_of.node, r.node, emitted)
                 if steps is not None:
                     return view_of.alias.extended(steps, r)
+                meta = eager_view_meta(positions[id(r)])
+                if meta is not None:
+                    root = view_of.alias.root
+                    step = F.OpaqueView(meta) if meta.dtype != view_of.dtype else F.StorageView(meta, root.original.meta)
+                    return F.Alias(root, (step,), r, root.version)
             return F.new_root(r)
         return wrap(result)
 
@@ -214,7 +240,8 @@ class _Converter:
         out_on_original, _ = meta_call(target, args, kwargs,
                                        to_meta=lambda v: original.get(id(v)) if id(v) in original else None)
         leaves, original_leaves = tree_leaves(out), tree_leaves(out_on_original)
-        needs_extern = any(isinstance(o, torch.Tensor) and id(o) not in views for o in leaves)
+        needs_extern = any(isinstance(o, torch.Tensor) and (id(o) not in views or o.dtype != self._arg_dtype(
+            tensor_args, views[id(o)])) for o in leaves)
         emitted = emit_with_meta(target, metas_of(out, _device(args, kwargs)), args, kwargs) if needs_extern else None
         emitted_leaves = tree_leaves(emitted) if emitted is not None else [None] * len(leaves)
         wrapped = []
@@ -230,13 +257,20 @@ class _Converter:
             if same:
                 wrapped.append(base.alias)
                 continue
-            if leaf.dtype != base.dtype or base.alias is None:
+            if base.alias is None:
                 raise F.RunEagerly(f"{target_name(target)} returns a view this compiler does not model")
             view_meta = dataclasses.replace(TensorMeta.of(on_original), device=base.device, requires_grad=False)
+            if leaf.dtype != base.dtype:     # a bit-cast: the Extern's copy, valid until the root changes
+                wrapped.append(F.Alias(base.alias.root, (F.OpaqueView(view_meta),), value, base.alias.root.version))
+                continue
             alias = F.storage_view(base.alias, view_meta, None)
             alias.cached = alias.steps[0].apply(alias.root.current)
             wrapped.append(alias)
         return _rebuild(out, wrapped)
+
+    @staticmethod
+    def _arg_dtype(tensor_args: list[Value], view: tuple[int, bool]) -> torch.dtype:
+        return tensor_args[view[0]].dtype
 
     # ----------------------------------------------------------------- outputs
     def _output(self, node: Node) -> None:
@@ -261,6 +295,8 @@ class _Converter:
             if not isinstance(item, F.Alias):
                 outputs.append(item.node if isinstance(item, Value) else item)
                 continue
+            if any(isinstance(step, F.OpaqueView) for step in item.steps):
+                raise F.RunEagerly("a bit-cast view of a tensor is returned")
             if id(item) in first_index:
                 sources[index] = ("output", first_index[id(item)])
                 outputs.append(outputs[first_index[id(item)]])

@@ -132,6 +132,24 @@ class StorageView:
         return ops.permute(ops.reshape(updated, [x.shape[d] for d in order]), inverse)
 
 
+@dataclasses.dataclass(frozen=True)
+class OpaqueView:
+    """A view eager makes that ember does not model (x.view(torch.int32) reinterprets the bytes).
+    Its value (an Extern's copy) is right until its root changes: a later read, a write through
+    it, or returning it runs the graph eagerly."""
+
+    meta: TensorMeta
+
+    def meta_of(self, meta: TensorMeta) -> TensorMeta:
+        return self.meta
+
+    def apply(self, x: Value) -> Value:
+        raise RunEagerly("a bit-cast view read after its base was updated in place")
+
+    def scatter(self, x: Value, new: Value) -> Value:
+        raise RunEagerly("in-place update through a bit-cast view")
+
+
 def non_overlapping(size: tuple, stride: tuple) -> bool:
     """No two elements of the view share a memory location (exact for small views; False when
     unsure)."""
@@ -157,7 +175,7 @@ def non_overlapping(size: tuple, stride: tuple) -> bool:
 def memory_overlaps(a: TensorMeta, b: TensorMeta) -> bool:
     """Do two views of one storage share an element?  (True when unsure: symbolic or huge.)"""
     sizes = (*a.shape, *a.stride, *b.shape, *b.stride, a.storage_offset, b.storage_offset)
-    if not all(isinstance(v, int) for v in sizes):
+    if not all(isinstance(v, int) for v in sizes) or a.dtype.itemsize != b.dtype.itemsize:
         return True
     if math.prod(a.shape) == 0 or math.prod(b.shape) == 0:
         return False

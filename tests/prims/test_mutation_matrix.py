@@ -124,6 +124,9 @@ def compare(fn: Callable, make_inputs: Callable[[int], list], labels: list[str] 
         ember_inputs = [x.clone() for x in inputs]
         expected = fn(*eager_inputs)
         actual = compiled(*ember_inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        actual = actual if isinstance(actual, tuple) else (actual,)
+        assert len(actual) == len(expected)
         for index, (a, e) in enumerate(zip(actual, expected)):
             where = labels[index // 3] if labels else str(index)
             torch.testing.assert_close(a, e, msg=lambda m, w=where, i=index: f"call {call}, {w}, output {i}: {m}")
@@ -377,3 +380,35 @@ def test_expanded_input_written_in_place() -> None:
         expected, actual = fn(eager_x, y), ember.compile(fn)(ember_x, y)
         torch.testing.assert_close(actual, expected)
         torch.testing.assert_close(ember_x, eager_x)
+
+
+def _bitcast_read(x: torch.Tensor) -> torch.Tensor:
+    return (x.view(torch.int32) & 0xFF).sum() + x.sum()
+
+
+def _bitcast_read_after_write(x: torch.Tensor) -> torch.Tensor:
+    bits = x.view(torch.int32)
+    x.add_(1)
+    return bits + 0
+
+
+def _bitcast_write(x: torch.Tensor) -> torch.Tensor:
+    x.view(torch.int32).bitwise_and_(0x7FFFFFFF)   # clears the sign bits of x
+    return x * 1
+
+
+def _narrow_tensor_start_write(x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    x.narrow(0, start, 2).mul_(3)
+    return x + 0
+
+
+@pytest.mark.parametrize("fn", [_bitcast_read, _bitcast_read_after_write, _bitcast_write],
+                         ids=["read", "read_after_write", "write"])
+def test_bitcast_views(fn: Callable) -> None:
+    """x.view(dtype) shares x's bytes: reads compile; reads after a write and writes through it
+    run eagerly (never a stale copy)."""
+    compare(fn, lambda call: [torch.randn(8, generator=torch.Generator().manual_seed(call))])
+
+
+def test_narrow_at_tensor_start() -> None:
+    compare(_narrow_tensor_start_write, lambda call: [torch.randn(6), torch.tensor(call + 1)], fullgraph=False)
