@@ -26,7 +26,8 @@ def default_fallback_policy(monkeypatch):
 
 
 # ------------------------------------------------------------------ options
-@pytest.mark.parametrize("options", [{"bogus": 1}, {"fallback": "eager", "cpu_backnd": "triton"}, {"mode": "max-autotune"}])
+@pytest.mark.parametrize("options", [{"bogus": 1}, {"fallback": "eager", "cpu_backnd": "triton"},
+                                     {"mode": "max-autotune"}])
 def test_unknown_option_keys_are_rejected_with_the_valid_ones(options):
     with pytest.raises(ValueError, match="valid options: fallback, cpu_backend"):
         ember.compile(lambda x: x + 1, options=options)
