@@ -209,10 +209,8 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
             _META_CACHE.clear()
         _META_CACHE[cache_key] = meta_result
     device = _device_of_output(target, graph_args, graph_kwargs, inputs)
-    if not inputs and graph_kwargs.get("device") is None and _get_default_device is not None:
-        # a factory without device=: torch.set_default_device() decides where it lives
-        session.guards.add(None, "{get_default_device}() == {device}", get_default_device=_get_default_device,
-                           device=_get_default_device())
+    if not inputs and graph_kwargs.get("device") is None:
+        _guard_default_device(session)
     _check_devices(op_name, inputs, device, line)
     in_place = _is_in_place(target, graph_kwargs)
 
@@ -283,6 +281,17 @@ def _meta_key_of(value: Any) -> Any:
 
 
 _get_default_device = getattr(torch, "get_default_device", None)
+_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+
+
+def _guard_default_device(session: Any) -> None:
+    """A factory without device=: torch.set_default_device() decides where it lives.  The default
+    device is a torch-function mode; with no mode active (one C call) it is the CPU."""
+    if not _function_mode_enabled():
+        session.guards.add(None, "not {function_mode_enabled}()", function_mode_enabled=_function_mode_enabled)
+    elif _get_default_device is not None:  # get_default_device() costs ~20 us: only where a mode is on
+        session.guards.add(None, "{get_default_device}() == {device}", get_default_device=_get_default_device,
+                           device=_get_default_device())
 
 # ops that take tensors on several devices in eager (a copy across devices, CPU index tensors)
 _CROSS_DEVICE_OPS = {"to", "copy_", "type_as", "getitem", "setitem", "index_put_", "index_put", "index",
