@@ -648,8 +648,15 @@ def _elementwise(name: str):
         meta = _meta(node)
         tensors = [a for a in args if isinstance(a, TensorValue)]
         in_dtype = tensors[0].dtype if tensors else meta.dtype
-        return self.pointwise(node, meta.shape, meta.dtype, lambda idx: Op(
-            name, tuple(_operand(a, idx, in_dtype) for a in args), meta.dtype))
+
+        def body(idx: tuple[Index, ...]) -> Expr:
+            value = Op(name, tuple(_operand(a, idx, in_dtype) for a in args), meta.dtype)
+            if meta.dtype in (torch.float16, torch.bfloat16):
+                # eager rounds every fp16/bf16 op's result; a fused consumer must see the rounded
+                # value too (tanh(x) == x, floor(a * b) differ otherwise), not the fp32 one
+                value = Cast(Cast(value, torch.float32), meta.dtype)
+            return value
+        return self.pointwise(node, meta.shape, meta.dtype, body)
     return lower
 
 

@@ -86,6 +86,25 @@ REGRESSIONS = {
     v1 = torch.zeros_like(a0).clamp(0, None)
     return (v1, torch.cat([v1, a1], dim=0))
 """, [((2, 0, 5), f32), ((1, 0, 5), torch.float16, "offset")]),
+    # eager rounds each fp16/bf16 op's result; fused kernels compared/floored the unrounded fp32 value
+    "low_precision_rounding_per_op": ("""def program(a0, a1):
+    v0 = a0 * 0.01
+    return (torch.eq(torch.tanh(v0), v0), (a0 * 3).floor(), torch.remainder(torch.reciprocal(a1), a0.abs() + 1))
+""", [((2, 2, 1, 5), torch.float16), ((), torch.float16)]),
+    # std of bf16 is the sqrt of the fp32 variance, rounded once (was the sqrt of the rounded variance)
+    "std_low_precision": ("""def program(a0, a1):
+    v0 = a0.squeeze(2)
+    v4 = torch.std(v0, dim=-2, unbiased=False, keepdim=True)
+    return (torch.addcmul(v4, v0.where(v0 > 0.5, a1), v0.clamp(-1.25, 0.75), value=0.5), torch.std_mean(a0, 0)[0])
+""", [((5, 5, 4), torch.bfloat16), ((5, 5, 1), f32)]),
+    # clamp promotes x and both bounds together (int x, half and bf16 0-d bounds: float32)
+    "clamp_promotes_all_bounds": ("""def program(a0, a1, a2):
+    return (torch.clamp(a1, a2, a0.squeeze(0)), torch.clamp(a1, 0.5), torch.clamp(a2, a1.sum()))
+""", [((1,), torch.bfloat16), ((5,), torch.int64), ((), torch.float16)]),
+    # sign(NaN) is 0 in eager ((0 < x) - (x < 0)); the kernels returned NaN
+    "sign_of_nan": ("""def program(a0):
+    return (torch.pow(a0, a0).sum(0).sign(), (a0 / 0).sign())
+""", [((2, 2, 5), torch.float64)]),
 }
 
 

@@ -49,6 +49,14 @@ for _name in ["neg", "abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log
     register(getattr(torch, _name), getattr(T, _name), *_UNARY_ALIASES.get(_name, []))(getattr(ops, _name))
 
 
+@register(torch.sign, T.sign)
+def sign(x: Any) -> Any:
+    if is_tensor(x) and x.dtype.is_floating_point:
+        # eager's (0 < x) - (x < 0): sign(NaN) is 0, not NaN
+        return ops.sub(ops.cast(ops.gt(x, 0), x.dtype), ops.cast(ops.lt(x, 0), x.dtype))
+    return ops.sign(x)
+
+
 @register(torch.abs, T.abs, *_UNARY_ALIASES["abs"])
 def abs_(x: Any) -> Any:
     if is_tensor(x) and x.dtype == torch.bool:
@@ -304,8 +312,10 @@ def where_method(x: Value, condition: Value, other: Any) -> Any:
 
 @register(torch.clamp, T.clamp, torch.clip, T.clip)
 def clamp(x: Value, min: Any = None, max: Any = None) -> Value:
-    # NaN in x propagates (maximum/minimum propagate NaN); a bound keeps x's dtype unless it promotes
-    result = x
+    # NaN in x propagates (maximum/minimum propagate NaN).  The result type is the promotion of x
+    # and both bounds together (int x with half and bf16 0-d bounds is float32, not half)
+    bounds = [b for b in (min, max) if b is not None]
+    result = ops.cast(x, result_type([ops._operand_tier(v) for v in (x, *bounds)])) if is_tensor(x) else x
     if min is not None:
         result = ops.maximum(result, min)
     if max is not None:

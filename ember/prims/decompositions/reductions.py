@@ -68,7 +68,9 @@ def var(x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = False, 
 @register(torch.std, T.std)
 def std(x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
         correction: Any = None) -> Value:
-    return ops.sqrt(var(x, dim, unbiased, keepdim, correction=correction))
+    # eager takes the sqrt of the fp32 variance and rounds once (not the rounded bf16 variance)
+    variance = var(ops.upcast(x), dim, unbiased, keepdim, correction=correction)
+    return ops.cast(ops.sqrt(variance), x.dtype)
 
 
 @register(torch.var_mean)
@@ -80,8 +82,8 @@ def var_mean(x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = Fa
 @register(torch.std_mean)
 def std_mean(x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
              correction: Any = None) -> tuple[Value, Value]:
-    variance, average = _var_mean(x, dim, unbiased, keepdim, correction)
-    return ops.sqrt(variance), average
+    variance, average = _var_mean(ops.upcast(x), dim, unbiased, keepdim, correction)
+    return ops.cast(ops.sqrt(variance), x.dtype), ops.cast(average, x.dtype)
 
 
 @register(torch.amax, T.amax)
