@@ -96,22 +96,36 @@ def build(source: str, name_hint: str = "kernels") -> str:
     key = cache_key(source, flags)
     directory = os.path.join(config.kernel_cache_dir(), "cpp", key[:2])
     so_path = os.path.join(directory, f"{name_hint}_{key[:24]}.so")
-    if verified(so_path):
-        stats["cache_hits"] += 1
-        return so_path
+    with _lock_for(so_path):       # threads of one process build a kernel once; processes may race safely
+        if verified(so_path):
+            stats["cache_hits"] += 1
+            return so_path
+        _build_into(source, flags, directory, so_path)
+    return so_path
+
+
+_locks_guard = threading.Lock()
+_build_locks: dict[str, threading.Lock] = {}
+
+
+def _lock_for(path: str) -> threading.Lock:
+    with _locks_guard:
+        return _build_locks.setdefault(path, threading.Lock())
+
+
+def _build_into(source: str, flags: list[str], directory: str, so_path: str) -> None:
     os.makedirs(directory, exist_ok=True)
     cpp_path = so_path[:-3] + ".cpp"
     _write_atomically(cpp_path, source.encode())
     fd, tmp_so = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
+    # g++ reads a private copy of the source: another builder may be renaming cpp_path right now
+    fd, tmp_cpp = tempfile.mkstemp(suffix=".cpp", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
     start = time.perf_counter()
     try:
-        # g++ reads a private copy of the source: another builder may be renaming cpp_path right now
-        fd, tmp_cpp = tempfile.mkstemp(suffix=".cpp", dir=directory)
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
         result = subprocess.run([CXX, *flags, tmp_cpp, "-o", tmp_so], capture_output=True, text=True, check=False)
-        os.unlink(tmp_cpp)
         stats["compile_seconds"] += time.perf_counter() - start
         stats["compiles"] += 1
         if result.returncode != 0:
@@ -122,9 +136,9 @@ def build(source: str, name_hint: str = "kernels") -> str:
         _write_atomically(so_path + ".sha256", digest.encode())
         os.replace(tmp_so, so_path)
     finally:
-        if os.path.exists(tmp_so):
-            os.unlink(tmp_so)
-    return so_path
+        for tmp in (tmp_so, tmp_cpp):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def verified(so_path: str) -> bool:

@@ -165,3 +165,12 @@ def test_triton_modules_leave_no_bytecode_cache(tmp_path, monkeypatch):
     out = compile_graph(graph, [xv], {"cpu_backend": "triton"})(xv)[0]
     torch.testing.assert_close(out, torch.exp(xv * 0.875))
     assert not list((tmp_path / "triton").rglob("*.pyc"))
+
+
+def test_threads_of_one_process_build_a_kernel_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    graph, xv = graph_and_inputs(1.125)
+    compiles = cpp_build.stats["compiles"]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: compile_graph(graph, [xv]), range(4)))
+    assert cpp_build.stats["compiles"] == compiles + 1
