@@ -100,7 +100,21 @@ _NEUTRAL_COMMON = """to type_as reshape view_as reshape_as expand_as flatten unf
 _NEUTRAL_BY_DEVICE = {
     "cpu": """softmax log_softmax softmin layer_norm group_norm rms_norm normalize sum cumsum pow square exp log
         rsqrt reciprocal logsumexp interpolate upsample_nearest2d upsample_bilinear2d norm""",
-    "cuda": "",
+    # CUDA kernels may call ops that CUDA autocast changes (trace_cuda is diagonal().sum(), and sum
+    # is fp32 there), so on CUDA only the names listed here are neutral, besides the table
+    "cuda": """sin cos atan sqrt erf erfc floor ceil round trunc frac sign sgn signbit exp2 log_sigmoid isnan
+        isinf isfinite nan_to_num logical_and logical_or logical_not logical_xor lerp fmod fmin fmax hypot
+        logaddexp logaddexp2 xlogy sinc deg2rad rad2deg heaviside copysign nextafter lgamma digamma erfinv_
+        clamp_min clamp_max sort argsort topk kthvalue cummax cummin gather scatter scatter_reduce index_select
+        index_add index_fill index_copy take take_along_dim masked_scatter tril triu diagonal diag_embed cat
+        stack hstack vstack dstack concat concatenate unbind split_with_sizes repeat_interleave unfold
+        as_strided select_scatter slice_scatter diagonal_scatter narrow_copy constant_pad_nd native_dropout
+        native_batch_norm max_pool2d_with_indices max_pool3d avg_pool3d adaptive_avg_pool3d
+        adaptive_max_pool3d rot90 view nansum arange zeros ones full empty rand randn randint randperm
+        normal bernoulli zeros_like ones_like empty_like full_like floor_divide remainder __lshift__
+        __rshift__ sub_ add_ mul_ div_ copy_ clamp_ relu_ gelu_ silu_ sigmoid_ tanh_ masked_fill_ index_put
+        fill_ zero_ neg_ abs_ hardtanh_ leaky_relu_ elu_ hardswish_ hardsigmoid_ mish_ lt_ gt_ le_ ge_ eq_ ne_
+        where_""",
 }
 # neutral names whose decomposition depends on an argument: (position, keyword, values that are NOT neutral);
 # F.pad(mode="reflect") reaches reflection_pad (fp32 on CPU), "circular" reaches cat (promote),
@@ -171,8 +185,8 @@ def classify(name: str, device: str) -> str:
         return POLICIES.get(device, {}).get(name, UNKNOWN)
     if name in NEUTRAL_NAMES.get(device, ()):
         return NEUTRAL
-    if exists and not composite:
-        return NEUTRAL  # a kernel of its own: the autocast key falls through to it
+    if device == "cpu" and exists and not composite:
+        return NEUTRAL  # a CPU kernel of its own: the autocast key falls through to it
     return UNKNOWN
 
 
