@@ -21,7 +21,8 @@ from ember.prims import functionalize as F
 from ember.prims import ops
 from ember.prims.primitives import Prim
 from ember.prims.registry import lookup
-from ember.prims.values import Emitter, Value, building, emit, emit_with_meta, is_tensor, meta_call, metas_of
+from ember.prims.values import (Emitter, Value, building, concrete_meta_tensor, emit, emit_with_meta, is_tensor,
+                                meta_call, metas_of)
 
 
 def to_primitives(graph: Graph) -> Graph:
@@ -222,6 +223,8 @@ class _Converter:
             _check_inplace_result(args[0], result)
             F.write(args[0].alias, result)
             return args[0].alias
+        if isinstance(target, Prim):      # a prim-level graph (hand-built): prims are functional
+            return self._wrap(emit(target, *args, **kwargs))
         out, arg_tensors = meta_call(target, args, kwargs)
         views = _shared_storage(out, arg_tensors)
         if not views:
@@ -485,7 +488,8 @@ def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> d
     # x.to(x.device) is x itself: ask the meta device with the tensors' own device read as "meta"
     as_meta = lambda v: torch.device("meta") if _names_device(v, device) else v  # noqa: E731
     try:
-        out, arg_tensors = meta_call(target, tree_map(as_meta, args), tree_map(as_meta, kwargs))
+        out, arg_tensors = meta_call(target, tree_map(as_meta, args), tree_map(as_meta, kwargs),
+                                     to_meta=lambda v: concrete_meta_tensor(v.meta))
     except Exception:
         return {}
     results, eager = tree_leaves(result), tree_leaves(out)

@@ -278,8 +278,22 @@ def write(alias: Alias, new_value: Value) -> None:
         for step, x in zip(reversed(alias.steps), reversed(inputs)):
             value = step.scatter(x, value)
         root.current = value
+    root.current = _in_layout(root.current, root.original.meta)
     root.version += 1
-    alias.cached, alias.cached_version = new_value, root.version
+    # reads re-derive the alias from the root: its strides stay eager's (x.view(-1), x.contiguous()
+    # after x.t()[0].mul_(2) or x.copy_(row) must see x's own layout, not the update's)
+    alias.cached, alias.cached_version = root.current, (root.version if not alias.steps else -1)
+
+
+def _in_layout(value: Value, original: TensorMeta) -> Value:
+    """value with the root's original strides: an in-place update never changes a tensor's layout."""
+    shape, stride = tuple(original.shape), tuple(original.stride)
+    if tuple(value.meta.stride) == stride or tuple(value.meta.shape) != shape or \
+            not all(isinstance(v, int) for v in (*shape, *stride)) or not is_dense(shape, stride):
+        return value
+    value = ops.clone(value)
+    value.meta = value.node.meta = dataclasses.replace(value.meta, stride=stride)
+    return value
 
 
 def view_chain(base: Node, out: Node, emitted: set[Node]) -> tuple[ViewStep, ...] | None:

@@ -186,6 +186,19 @@ def meta_call(target: Any, args: tuple, kwargs: dict,
     return out, given
 
 
+def concrete_meta_tensor(meta: TensorMeta) -> torch.Tensor:
+    """A meta-device stand-in with symbolic sizes replaced by distinct numbers (>= 7, so no size
+    is 0 or 1): enough to ask eager whether an op returns its input, a view of it, or a copy."""
+    values = [*meta.shape, *meta.stride, meta.storage_offset]
+    symbols = sorted({s for v in values if not isinstance(v, int) for s in v.free_symbols}, key=str)
+    if not symbols:
+        return meta.to_meta_tensor()
+    numbers = {s: 7 + 4 * k for k, s in enumerate(symbols)}
+    as_int = lambda v: v if isinstance(v, int) else int(v.subs(numbers))  # noqa: E731
+    return torch.empty(0, dtype=meta.dtype, device="meta").as_strided(
+        [as_int(v) for v in meta.shape], [as_int(v) for v in meta.stride], as_int(meta.storage_offset))
+
+
 def metas_of(out: Any, device: torch.device) -> Any:
     """TensorMetas (on `device`) of a meta-device result."""
     return _metas_of(out, device)

@@ -173,3 +173,24 @@ def test_aliasing_triton(name: str) -> None:
     pytest.importorskip("triton")
     fn, shapes = FUNCTIONS[name]
     check_aliasing(fn, shapes, options={"cpu_backend": "triton"})
+
+
+def _contiguous_after_transposed_write(x: torch.Tensor) -> tuple:
+    x.t()[0].mul_(2)          # the update's value is computed transposed; x keeps its layout
+    x[:, 1:3] += 1
+    return x.contiguous(), x.view(-1)
+
+
+def _views_after_broadcast_copy(x: torch.Tensor, row: torch.Tensor) -> tuple:
+    x.copy_(row)              # the new value is an expanded row; x stays dense
+    flat = x.view(-1)
+    flat[0] = -5.0
+    return x.contiguous(), flat
+
+
+@pytest.mark.parametrize("fn", [_contiguous_after_transposed_write, _views_after_broadcast_copy],
+                         ids=["contiguous_after_transposed_write", "views_after_broadcast_copy"])
+def test_layout_survives_inplace_updates(fn: Callable) -> None:
+    shapes = [(4, 4)] if fn is _contiguous_after_transposed_write else [(4, 4), (1, 4)]
+    check_aliasing(fn, shapes)
+    check_aliasing(fn, shapes, options=None)
