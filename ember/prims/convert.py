@@ -144,24 +144,25 @@ class _Converter:
         eager_kinds = _eager_alias_kinds(target, args, kwargs, result) if passthrough else {}
         emitted = set(self.emitter.log)
 
-        eager_views: list[Any] = []      # leaves of eager's result on the original layout (lazily)
+        tensor_args = [v for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+        eager_views: list[Any] = []      # eager's result on the arguments' original layouts (lazily)
 
-        def eager_view_meta(position: int) -> TensorMeta | None:
-            """A view decomposition's result that is no chain of view prims (x.view(torch.int32),
-            narrow at a tensor start): eager's strides over the root's storage if it is a view."""
+        def eager_view_meta(position: int, base: Value) -> TensorMeta | None:
+            """Eager's strides over base's root storage for result leaf `position`, if that leaf is
+            a view of base in eager (else None)."""
             if not eager_views:
-                original = F.original_meta(view_of.alias).to_meta_tensor()
+                originals = {id(v): F.original_meta(v.alias).to_meta_tensor() for v in tensor_args if v.alias}
                 try:
-                    out, given = meta_call(target, args, kwargs,
-                                           to_meta=lambda v: original if v is view_of else None)
+                    out, given = meta_call(target, args, kwargs, to_meta=lambda v: originals.get(id(v)))
                 except Exception:
                     out, given = None, []
-                eager_views.append((tree_leaves(out), given[0] if given else None))
-            leaves, base = eager_views[0]
+                eager_views.append((tree_leaves(out), given))
+            leaves, given = eager_views[0]
             leaf = leaves[position] if position < len(leaves) else None
-            if not isinstance(leaf, torch.Tensor) or base is None or not _shares_storage(leaf, base):
+            meta = next((m for v, m in zip(tensor_args, given) if v is base), None)
+            if not isinstance(leaf, torch.Tensor) or meta is None or not _shares_storage(leaf, meta):
                 return None
-            return dataclasses.replace(TensorMeta.of(leaf), device=view_of.device, requires_grad=False)
+            return dataclasses.replace(TensorMeta.of(leaf), device=base.device, requires_grad=False)
 
         positions = {id(r): k for k, r in enumerate(tree_leaves(result))}
 
@@ -182,11 +183,18 @@ class _Converter:
                 steps = F.view_chain(view_of.node, r.node, emitted)
                 if steps is not None:
                     return view_of.alias.extended(steps, r)
-                meta = eager_view_meta(positions[id(r)])
+                meta = eager_view_meta(positions[id(r)], view_of)
                 if meta is not None:
                     root = view_of.alias.root
                     step = F.OpaqueView(meta) if meta.dtype != view_of.dtype else F.StorageView(meta, root.original.meta)
                     return F.Alias(root, (step,), r, root.version)
+            elif r.node in emitted and r.node.target in F.VIEW_PRIMS:
+                # a view prim chain out of a non-view decomposition (broadcast_tensors, atleast_2d):
+                # a view only where eager's result shares the argument's memory
+                for base in tensor_args:
+                    steps = F.view_chain(base.node, r.node, emitted) if base.alias is not None else None
+                    if steps is not None and eager_view_meta(positions[id(r)], base) is not None:
+                        return base.alias.extended(steps, r)
             return F.new_root(r)
         return wrap(result)
 

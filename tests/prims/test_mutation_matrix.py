@@ -412,3 +412,15 @@ def test_bitcast_views(fn: Callable) -> None:
 
 def test_narrow_at_tensor_start() -> None:
     compare(_narrow_tensor_start_write, lambda call: [torch.randn(6), torch.tensor(call + 1)], fullgraph=False)
+
+
+def _views_from_non_view_ops(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    a2, b2 = torch.broadcast_tensors(a, b)     # views of a and b in eager
+    c = torch.atleast_2d(b)
+    a.add_(1)
+    b.mul_(2)
+    return a2 + 0, b2 + 0, c + 0
+
+
+def test_views_made_by_non_view_ops_see_later_writes() -> None:
+    compare(_views_from_non_view_ops, lambda call: [torch.randn(3, 1), torch.randn(4)])
