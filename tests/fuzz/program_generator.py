@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import warnings
 from typing import Any
 
 import torch
@@ -36,8 +37,9 @@ class InputSpec:
     value: Any = None           # Python scalar arguments only
 
     def make(self, gen: torch.Generator) -> Any:
-        if self.dtype is None:
-            return self.value
+        if self.dtype is None:  # a Python scalar: other values on other calls (guards must notice)
+            changed = bool(torch.randint(0, 2, (1,), generator=gen))
+            return self.value + 2 if changed and not isinstance(self.value, bool) else self.value
         if self.layout == "transposed" and len(self.shape) >= 2:
             base = _random_tensor(self.shape[:-2] + (self.shape[-1], self.shape[-2]), self.dtype, gen)
             return base.transpose(-1, -2)
@@ -177,7 +179,9 @@ class _Builder:
         env = dict(self.env)
         snapshot = {k: v.clone() for k, v in self.env.items() if isinstance(v, torch.Tensor)}
         try:
-            value = eval(expr, {"torch": torch, "F": torch.nn.functional}, env)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # eager's own warnings (std with <= 0 degrees of freedom)
+                value = eval(expr, {"torch": torch, "F": torch.nn.functional}, env)
         except Exception:
             for k, v in snapshot.items():  # a failed in-place op may have written part of its target
                 try:
