@@ -186,7 +186,8 @@ class _Converter:
                 meta = eager_view_meta(positions[id(r)], view_of)
                 if meta is not None:
                     root = view_of.alias.root
-                    step = F.OpaqueView(meta) if meta.dtype != view_of.dtype else F.StorageView(meta, root.original.meta)
+                    step = F.OpaqueView(meta) if meta.dtype != view_of.dtype else \
+                        F.StorageView(meta, root.original.meta)
                     return F.Alias(root, (step,), r, root.version)
             elif r.node in emitted and r.node.target in F.VIEW_PRIMS:
                 # a view prim chain out of a non-view decomposition (broadcast_tensors, atleast_2d):

@@ -5,8 +5,13 @@ the result of a non-view op) seen through a chain of view prims (reshape, permut
 slice, expand).  An in-place op on an Alias computes the new value out of place and
 writes it back through the chain into the root ("view scatter"), bumping the root's
 version; any alias read later re-derives its value from the root's current value.
-At the end, roots of placeholders whose value changed become extra outputs
-(`mutated_inputs`), and user outputs that are views of inputs become `output_aliases`.
+Views eager makes that are no chain of view prims (diagonal, unfold, as_strided, Extern
+views) are a `StorageView`: strides over the root's original storage, read and written
+through index maps; bit-casts are an `OpaqueView`.  What cannot be reproduced exactly
+(writes through overlapping or bit-cast views, in-place ops eager rejects) raises
+`RunEagerly`, and the backend runs the graph eagerly.  At the end, roots of placeholders
+whose value changed become extra outputs (`mutated_inputs`); convert.py decides how each
+user output aliases inputs and other outputs (`output_sources`).
 """
 from __future__ import annotations
 
@@ -254,13 +259,6 @@ def resolve(alias: Alias) -> Value:
     fresh = Value(alias.cached.node, alias.cached.meta)
     fresh.alias = alias
     return fresh
-
-
-def replay_on_original(alias: Alias) -> Value:
-    value = alias.root.original
-    for step in alias.steps:
-        value = step.apply(value)
-    return value
 
 
 def write(alias: Alias, new_value: Value) -> None:
