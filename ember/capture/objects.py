@@ -24,7 +24,7 @@ import typing
 from typing import Any
 
 from . import values as V
-from .sources import Source
+from .sources import Source, index_code, index_key
 
 _DICT_BASES = (dict, collections.OrderedDict)
 _PLAIN_NEW = {object.__new__, dict.__new__, collections.OrderedDict.__new__}
@@ -388,10 +388,10 @@ class DictItemSource(Source):
         self.index = index
 
     def access(self, parent_code: str, namespace: Any) -> str:
-        return f"{namespace.bind(dict.__getitem__, 'dict_getitem')}({parent_code}, {self.index!r})"
+        return f"{namespace.bind(dict.__getitem__, 'dict_getitem')}({parent_code}, {index_code(self.index, namespace)})"
 
     def key(self) -> str:
-        return f"{self.parent.key()}<dict>[{self.index!r}]"
+        return f"{self.parent.key()}<dict>[{index_key(self.index)}]"
 
 
 def dict_view_from_outside(tx: Any, value: V.UserObjectValue) -> V.DictValue:

@@ -86,16 +86,33 @@ class AttrSource(Source):
         return f"{self.parent.key()}.{self.attr}"
 
 
+def _is_literal(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_is_literal(v) for v in value)
+    return value is None or type(value) in (bool, int, str, bytes) or (type(value) is float and value == value
+                                                                        and abs(value) != float("inf"))
+
+
+def index_code(index: Any, namespace: Namespace) -> str:
+    """A subscript in generated code: the literal itself, or a bound name for any other key
+    (a class, an enum, a function: their repr is not Python)."""
+    return repr(index) if _is_literal(index) else namespace.bind(index, "key")
+
+
+def index_key(index: Any) -> str:
+    return repr(index) if _is_literal(index) else f"{type(index).__name__}#{id(index)}"
+
+
 class ItemSource(Source):
     def __init__(self, parent: Source, index: Any) -> None:
         self.parent = parent
         self.index = index
 
     def access(self, parent_code: str, namespace: Namespace) -> str:
-        return f"{parent_code}[{self.index!r}]"
+        return f"{parent_code}[{index_code(self.index, namespace)}]"
 
     def key(self) -> str:
-        return f"{self.parent.key()}[{self.index!r}]"
+        return f"{self.parent.key()}[{index_key(self.index)}]"
 
 
 class ModuleDictSource(Source):

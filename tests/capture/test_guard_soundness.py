@@ -382,3 +382,24 @@ def test_hasattr_true_guard_is_the_attribute_read(compile_fn):
     config.broken = True
     assert_same(captured(x), f(x))
     assert n_compiles(captured) == 3
+
+
+def test_dict_keys_that_are_not_literals_are_guarded():
+    """Keys whose repr is not Python (a class, a function, NaN) are bound names in the guard
+    (they made the generated guard a SyntaxError: every OpInfo in-place call through pytree)."""
+    import ember
+
+    scale_by_type = {tuple: 2.0, list: 3.0}
+    by_function = {torch.sin: 1.0}
+    by_nan = {float("nan"): 5.0, (1, "a"): 7.0}
+
+    def f(x):
+        nan_key = next(iter(by_nan))
+        return x * scale_by_type[tuple] + by_function[torch.sin] + by_nan[nan_key] + by_nan[(1, "a")]
+
+    compiled = ember.compile(f)
+    x = torch.randn(3)
+    assert_same(compiled(x), f(x))
+    scale_by_type[tuple] = 4.0
+    by_nan[(1, "a")] = -1.0
+    assert_same(compiled(x), f(x))
