@@ -316,11 +316,26 @@ def clamp(x: Value, min: Any = None, max: Any = None) -> Value:
     # and both bounds together (int x with half and bf16 0-d bounds is float32, not half)
     bounds = [b for b in (min, max) if b is not None]
     result = ops.cast(x, result_type([ops._operand_tier(v) for v in (x, *bounds)])) if is_tensor(x) else x
+    if is_tensor(result) and not result.dtype.is_floating_point and result.dtype != torch.bool:
+        for bound in bounds:
+            _check_int_bound(bound, result.dtype)
     if min is not None:
         result = ops.maximum(result, min)
     if max is not None:
         result = ops.minimum(result, max)
     return result
+
+
+def _check_int_bound(bound: Any, dtype: torch.dtype) -> None:
+    """Eager converts an int bound to the tensor's type with an overflow check (uint8 takes -255..255)."""
+    if not isinstance(bound, int) or isinstance(bound, bool):
+        return
+    info = torch.iinfo(dtype)
+    low = -info.max if info.min == 0 else info.min
+    if not low <= bound <= info.max:
+        name = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t", torch.int32: "int",
+                torch.int64: "int64_t"}.get(dtype, str(dtype))
+        raise RuntimeError(f"value cannot be converted to type {name} without overflow")
 
 
 @register(torch.clamp_min, T.clamp_min)
