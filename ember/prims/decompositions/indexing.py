@@ -192,6 +192,9 @@ def take_along_dim(x: Value, indices: Value, dim: int | None = None) -> Value:
     common = ops.broadcast_shapes(shape_x, shape_i)
     x_shape, i_shape = list(common), list(common)
     x_shape[dim], i_shape[dim] = x.shape[dim], indices.shape[dim]
+    # with a dim, eager wraps negative indices before its gather (without one it raises for them)
+    indices = ops.cast(indices, torch.int64)
+    indices = ops.where(ops.lt(indices, 0), ops.add(indices, x.shape[dim]), indices)
     return gather(ops.expand_to(x, x_shape), dim, ops.expand_to(indices, i_shape))
 
 
