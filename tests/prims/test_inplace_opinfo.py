@@ -1,7 +1,8 @@
 """Every OpInfo op's in-place variant (x.add_, torch.relu_ ...) and every op that takes `inplace=`
 (F.silu(x, inplace=True), F.dropout(x, training=False, inplace=True) ...) through the full
 compiler (ember.backend.compile_graph, CPU C++ path) vs eager: outputs AND the inputs after the
-call (the mutation), float32 and bfloat16.
+call (the mutation), float32 and bfloat16.  With ``EMBER_TEST_DEVICE=cuda`` the same samples are made
+on the GPU and compiled to Triton kernels (the GPU machine's check).
 
 Cases are batched many per g++ build (tests/opinfo_batch.py); a batch that raises is bisected
 down to the sample at fault.  `pytest -s -k summary` prints the pass rate.
@@ -23,6 +24,9 @@ import opinfo_batch
 import opinfo_util
 
 F = torch.nn.functional
+DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu")
+if DEVICE == "cuda" and not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
 
 # ops whose OpInfo callable is a lambda around the F function that takes inplace= and training=:
 # run the F function itself with training=False (with training they draw random numbers)
@@ -104,9 +108,9 @@ class InplaceSuite(opinfo_batch.BackendSuite):
         self.known_failures = dict(EXCLUDED)
         self.run = opinfo_batch.BatchedRun(inplace_opinfos(), samples_per_op, ops_per_batch, options=options,
                                            skip=lambda name, dtype: self.known_failure(name, dtype) is not None,
-                                           compile_fn=compile_strict)
+                                           device=DEVICE, compile_fn=compile_strict)
         self.cases = [(info, dtype) for info, _ in self.run.opinfos for dtype in self.DTYPES
-                      if dtype in info.supported_dtypes("cpu")]
+                      if dtype in info.supported_dtypes(DEVICE)]
         self.ids = [f"{opinfo_batch.op_id(info)}-{str(dtype)[6:]}" for info, dtype in self.cases]
 
     def check(self, case: tuple[Any, torch.dtype]) -> None:
@@ -127,4 +131,4 @@ def test_inplace_opinfo(case) -> None:
 
 def test_inplace_opinfo_summary() -> None:
     """Prints ops / cases run and passed (pytest -s shows it; run after the parametrized tests)."""
-    print(f"\nOpInfo in-place variants and inplace= ops through the C++ backend: {SUITE.summary()}")
+    print(f"\nOpInfo in-place variants and inplace= ops through the {DEVICE} backend: {SUITE.summary()}")
