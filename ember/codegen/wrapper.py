@@ -196,8 +196,6 @@ def _apply_output_sources(out: WrapperSource, results: list[str], param_names: l
         elif source[0] == "input_view":
             _, position, shape, stride, offset = source
             results[index] = f"{param_names[position]}.as_strided({tuple(shape)!r}, {tuple(stride)!r}, {offset!r})"
-        elif source[0] == "output":
-            results[index] = results[source[1]]
     for index in sorted(sources):
         source = sources[index]
         if source[0] != "view":
@@ -210,6 +208,16 @@ def _apply_output_sources(out: WrapperSource, results: list[str], param_names: l
         out.lines.append(f"    _output{index} = {base_name}.as_strided({tuple(shape)!r}, {tuple(stride)!r}, "
                          f"{base_name}.storage_offset() + {offset!r})")
         results[index] = f"_output{index}"
+    # last: an output that IS an earlier one (a view made above, an input.as_strided(...)) is
+    # that very object, so an expression is named once, not evaluated twice
+    for index in sorted(sources):
+        if sources[index][0] != "output":
+            continue
+        first = sources[index][1]
+        if not results[first].isidentifier():
+            out.lines.append(f"    _output{first} = {results[first]}")
+            results[first] = f"_output{first}"
+        results[index] = results[first]
 
 
 def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[str]]] | None = None

@@ -99,6 +99,24 @@ def _mutated_input_and_views(x: torch.Tensor) -> tuple:
     return x, x.t(), x.diagonal()
 
 
+def _same_view_of_intermediate_twice(x: torch.Tensor) -> tuple:
+    # fuzz seed 4416: eager's contiguous() of a contiguous view IS the view; it came back as None
+    v = x.any(1, keepdim=True).mT
+    return v.contiguous(), v
+
+
+def _mutated_view_returned_twice(x: torch.Tensor) -> tuple:
+    # fuzz seed 20247: the same view of an intermediate, written in place, returned twice
+    v = (x * 1)[0].mul_(2)
+    return v.float(), x * 1, v
+
+
+def _same_view_of_input_twice(x: torch.Tensor) -> tuple:
+    # fuzz seed 1153: type_as to the same dtype returns the view itself, not a second view
+    v = x.transpose(0, 1)
+    return v.type_as(x), v
+
+
 # name -> (function, input shapes)
 FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "identity": (lambda x: x, [(3, 4)]),
@@ -145,6 +163,9 @@ FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "contiguous_twice": (_contiguous_twice, [(3, 4)]),
     "input_and_view_of_it": (_input_and_view_of_it, [(3, 4)]),
     "mutated_input_and_views": (_mutated_input_and_views, [(4, 4)]),
+    "same_view_of_intermediate_twice": (_same_view_of_intermediate_twice, [(3, 4, 8)]),
+    "mutated_view_returned_twice": (_mutated_view_returned_twice, [(3,)]),
+    "same_view_of_input_twice": (_same_view_of_input_twice, [(3, 4)]),
 }
 
 
