@@ -76,6 +76,7 @@ class KernelPrinter:
         self.tmp_counter = 0
         self.registers: dict[str, str] = {}     # reduction name -> C variable holding its result
         self.scopes: list[dict[Expr, str]] = []
+        self.float_to_int = False               # a float -> integer cast is printed (see render)
 
     # ---------------------------------------------------------- structure
     def render(self) -> str:
@@ -101,6 +102,12 @@ class KernelPrinter:
         parallel = work >= PARALLEL_THRESHOLD
         self.emit_outer(parallel)
         self.lines.append("}")
+        if self.float_to_int:
+            # under the build's -fno-trapping-math g++ folds (double)(int)x into trunc(x), which is
+            # -0.0 for x in (-1, 0) where eager's integer 0 is +0.0 (1 / that: -inf instead of +inf)
+            signature = next(i for i, line in enumerate(self.lines) if line.startswith('extern "C" '))
+            self.lines[signature] = self.lines[signature].replace(
+                'extern "C" ', 'extern "C" __attribute__((optimize("trapping-math"))) ')
         return "\n".join(self.lines) + "\n"
 
     def pointer(self, buffer: str) -> str:
@@ -339,6 +346,8 @@ class KernelPrinter:
         if isinstance(node, IndexValue):
             return f"static_cast<{compute_type(node.dtype)}>({self.index(node.index, depth)})"
         if isinstance(node, Cast):
+            if node.arg.dtype.is_floating_point and not node.dtype.is_floating_point and node.dtype != torch.bool:
+                self.float_to_int = True
             return _cast(self.arg(node.arg), node.arg.dtype, node.dtype)
         if isinstance(node, Op):
             return render_op(node, [self.arg(a) for a in node.args])

@@ -525,10 +525,20 @@ def loads(expr: Expr) -> list[Load]:
     for node in walk(expr):
         if isinstance(node, Load):
             out.append(node)
-            for idx in node.index:
-                for atom in indirect_atoms(idx):
-                    out.extend(loads(atom.value))
+        for idx in indices_of(node):
+            for atom in indirect_atoms(idx):
+                out.extend(loads(atom.value))
     return out
+
+
+def indices_of(node: Expr) -> tuple[Index, ...]:
+    """The indices a node holds: a Load's, or an IndexValue's (a gathered index read as a value,
+    as cat's branch condition after an index_select)."""
+    if isinstance(node, Load):
+        return tuple(node.index)
+    if isinstance(node, IndexValue):
+        return (node.index,)
+    return ()
 
 
 def expr_free_vars(expr: Expr) -> set[Var]:

@@ -81,10 +81,9 @@ def has_index_check(expr: Expr) -> bool:
     for node in ir.walk(expr):
         if isinstance(node, Op) and node.op == "check_index":
             return True
-        if isinstance(node, ir.Load):
-            for idx in node.index:
-                if any(has_index_check(atom.value) for atom in ir.indirect_atoms(idx)):
-                    return True
+        for idx in ir.indices_of(node):
+            if any(has_index_check(atom.value) for atom in ir.indirect_atoms(idx)):
+                return True
     return False
 
 
