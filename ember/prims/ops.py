@@ -16,7 +16,7 @@ import torch
 from ember.graph import Size
 from ember.prims import primitives as P
 from ember.prims.meta import broadcast_shapes, view_strides  # noqa: F401  (re-exported)
-from ember.prims.type_promotion import Promotion, computation_dtype, elementwise_dtypes
+from ember.prims.type_promotion import LOW_PRECISION, Promotion, computation_dtype, elementwise_dtypes
 from ember.prims.values import Value, current, emit, emit_with_meta, is_tensor
 
 Number = (bool, int, float, complex)
@@ -100,9 +100,34 @@ def elementwise(prim: P.Prim, *operands: Any, promotion: Promotion = Promotion.D
     if not any(is_tensor(v) for v in operands):
         return _scalar_math(prim, operands)
     compute, result = elementwise_dtypes([_operand_tier(v) for v in operands], promotion)
+    if compute in LOW_PRECISION and len(operands) == 2:
+        compute, operands = _cpu_scalar_precision(prim, compute, operands)
     operands = broadcast(*operands)
     out = emit(prim, *(cast(v, compute) for v in operands))
     return cast(out, result)
+
+
+# How eager's CPU kernels read a scalar operand (a Python number or a 0-d tensor of another dtype)
+# of an fp16/bf16 binary op (measured on torch 2.13): mul/div/floor_divide read it at fp32 op-math
+# precision; add/sub (and the rest) round it to the fp16/bf16 dtype first.  CUDA kernels were not
+# measured: the same rule is applied only to CPU tensors.
+_OPMATH_SCALAR_PRIMS = frozenset({"mul", "div", "floor_divide"})
+
+
+def _cpu_scalar_precision(prim: P.Prim, compute: torch.dtype, operands: tuple) -> tuple[torch.dtype, tuple]:
+    tensors = [v for v in operands if is_tensor(v)]
+    if not tensors or tensors[0].device.type != "cpu" or not builtins.any(v.ndim for v in tensors):
+        return compute, operands
+    is_scalar = [not is_tensor(v) or (v.ndim == 0 and v.dtype != compute) for v in operands]
+    if not builtins.any(is_scalar) or builtins.all(is_scalar):
+        return compute, operands
+    # (a 0-d tensor only as the second operand: eager's kernels check that position; a Python
+    # number always ends up there, `2.0 * x` being x.__rmul__)
+    if prim.name in _OPMATH_SCALAR_PRIMS and (is_scalar[1] or not is_tensor(operands[0])):
+        return torch.float32, operands        # a scalar at fp32; the result is rounded once
+    rounded = tuple(float(torch.tensor(v, dtype=compute)) if scalar and isinstance(v, (int, float))
+                    and not isinstance(v, bool) else v for v, scalar in zip(operands, is_scalar))
+    return compute, rounded
 
 
 def _scalar_math(prim: P.Prim, operands: Sequence[Any]) -> Any:
