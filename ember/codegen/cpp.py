@@ -268,7 +268,7 @@ class KernelPrinter:
             result = f"({red.name}_nan ? NAN : {acc})"
         else:
             result = acc
-        self.emit(depth, f"const {ctype} {red.name}_val = static_cast<{ctype}>({result});")
+        self.emit(depth, f"const {ctype} {red.name}_val = {_register_value(result, red.dtype)};")
         self.registers[red.name] = f"{red.name}_val"
 
     def emit_welford_second_pass(self, groups: dict[Expr, list[KernelReduction]], sums: dict[Expr, str],
@@ -295,7 +295,7 @@ class KernelPrinter:
                 else:
                     denom = max(n - red.correction, 0)
                     result = f"{base}_m2 / {acc_type}({denom!r})"
-                self.emit(depth, f"const {ctype} {red.name}_val = static_cast<{ctype}>({result});")
+                self.emit(depth, f"const {ctype} {red.name}_val = {_register_value(result, red.dtype)};")
                 self.registers[red.name] = f"{red.name}_val"
 
     # ---------------------------------------------------------- stores
@@ -417,6 +417,14 @@ def _literal(value: object, dtype: torch.dtype) -> str:
     if dtype == torch.int64:
         return f"INT64_C({v})" if v != -(1 << 63) else "std::numeric_limits<int64_t>::min()"
     return f"static_cast<{ctype}>({v})"
+
+
+def _register_value(result: str, dtype: torch.dtype) -> str:
+    """A reduction's result as its fused consumers read it: fp16/bf16 results rounded, as eager's
+    reduction outputs are (the same as a store then a load would give)."""
+    if dtype in LOW_PRECISION:
+        return _cast(result, torch.float32, dtype)
+    return f"static_cast<{compute_type(dtype)}>({result})"
 
 
 def _cast(value: str, src: torch.dtype, dst: torch.dtype) -> str:

@@ -493,7 +493,7 @@ class TritonKernelPrinter:
 
     def finish(self, red: KernelReduction, result: str) -> None:
         name = f"{red.name}_val"
-        self.emit(f"{name} = ({result}).to({compute_type(red.dtype)})")
+        self.emit(f"{name} = {_register_value(result, red.dtype)}")
         self.registers[red.name] = name
 
     def finish_welford(self, group: list[KernelReduction], mean: str, m2: str) -> None:
@@ -503,8 +503,9 @@ class TritonKernelPrinter:
                 value = mean
             else:
                 value = f"{m2} / {float(max(self.rnumel - red.correction, 0))!r}"
-            self.emit(f"{name} = ({value}).to({compute_type(red.dtype)})")
+            self.emit(f"{name} = {_register_value(value, red.dtype)}")
             self.registers[red.name] = name
+
 
     # ---------------------------------------------------------- stores and loads
     def emit_store(self, buffer: str, index: tuple[Index, ...], body: Expr) -> None:
@@ -708,6 +709,14 @@ class TritonKernelPrinter:
             return True
         return node.op in ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where") and \
             arg.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _register_value(result: str, dtype: torch.dtype) -> str:
+    """A reduction's result as its fused consumers read it: fp16/bf16 results rounded, as eager's
+    reduction outputs are (the same as a store then a load would give)."""
+    if dtype in LOW_PRECISION:
+        return triton_ops.cast(f"({result}).to(tl.float32)", torch.float32, dtype)
+    return f"({result}).to({compute_type(dtype)})"
 
 
 # ============================================================ build entry (backend.py calls this)
