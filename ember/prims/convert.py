@@ -139,7 +139,12 @@ class _Converter:
         """Aliases for a decomposition's result: views of args[0] (view decompositions), the
         argument itself where eager returns the same object (x.contiguous(), x.to(x.dtype)), or
         new roots."""
-        by_node = {v.node: v for v in tree_leaves((args, kwargs)) if is_tensor(v) and v.alias is not None}
+        by_node: dict[Node, Value] = {}
+        for v in tree_leaves((args, kwargs)):
+            # the first argument wins: a no-op view (split(2, 1)[-1] of a size-2 dim) shares its
+            # base's node, and x.type_as(that view) is x itself, not the view (fuzz seed 3739)
+            if is_tensor(v) and v.alias is not None:
+                by_node.setdefault(v.node, v)
         passthrough = [r for r in tree_leaves(result) if is_tensor(r) and r.node in by_node]
         eager_kinds = _eager_alias_kinds(target, args, kwargs, result) if passthrough else {}
         emitted = set(self.emitter.log)

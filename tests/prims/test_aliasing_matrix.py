@@ -117,6 +117,12 @@ def _same_view_of_input_twice(x: torch.Tensor) -> tuple:
     return v.type_as(x), v
 
 
+def _type_as_noop_split(x: torch.Tensor) -> tuple:
+    # fuzz seed 3739: split(2, 1)[-1] of a size-2 dim is a no-op view; x.type_as(it) is x itself
+    v = x.split(2, 1)[-1]
+    return x.type_as(v), v.type_as(x)
+
+
 # name -> (function, input shapes)
 FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "identity": (lambda x: x, [(3, 4)]),
@@ -166,6 +172,9 @@ FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "same_view_of_intermediate_twice": (_same_view_of_intermediate_twice, [(3, 4, 8)]),
     "mutated_view_returned_twice": (_mutated_view_returned_twice, [(3,)]),
     "same_view_of_input_twice": (_same_view_of_input_twice, [(3, 4)]),
+    "type_as_noop_split": (_type_as_noop_split, [(3, 2, 5)]),
+    "chunk_of_empty_dim": (lambda x: x.chunk(2, 2), [(5, 4, 0)]),    # fuzz seed 622: 2 empty pieces
+    "split_of_empty_dim": (lambda x: x.split(3, 2), [(5, 4, 0)]),
 }
 
 

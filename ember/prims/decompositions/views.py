@@ -176,8 +176,10 @@ def _slice_keep(x: Value, dim: int, start: Any, end: Any) -> Value:
 def chunk(x: Value, chunks: int, dim: int = 0) -> tuple[Value, ...]:
     dim = ops.normalize_dim(dim, x.ndim)
     size = x.shape[dim]
+    if not size:       # eager: `chunks` empty pieces (split of a size-0 dim gives one)
+        return split_with_sizes(x, [0] * builtins.max(chunks, 1), dim)
     step = -(-size // chunks) if chunks > 0 else size
-    return split(x, builtins.max(step, 1), dim) if size else split(x, 1, dim)
+    return split(x, builtins.max(step, 1), dim)
 
 
 @register(torch.unbind, T.unbind, view=True)
