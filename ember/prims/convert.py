@@ -185,7 +185,7 @@ class _Converter:
                     return source.alias.extended((), r)
                 return F.new_root(r)    # copy semantics: later writes to either stay apart
             if view_of is not None:
-                steps = F.view_chain(view_of.node, r.node, emitted)
+                steps = F.view_chain(view_of.node, r.node, emitted, F.original_meta(view_of.alias))
                 if steps is not None:
                     return view_of.alias.extended(steps, r)
                 meta = eager_view_meta(positions[id(r)], view_of)
@@ -198,7 +198,8 @@ class _Converter:
                 # a view prim chain out of a non-view decomposition (broadcast_tensors, atleast_2d):
                 # a view only where eager's result shares the argument's memory
                 for base in tensor_args:
-                    steps = F.view_chain(base.node, r.node, emitted) if base.alias is not None else None
+                    steps = F.view_chain(base.node, r.node, emitted, F.original_meta(base.alias)) \
+                        if base.alias is not None else None
                     if steps is not None and eager_view_meta(positions[id(r)], base) is not None:
                         return base.alias.extended(steps, r)
             return F.new_root(r)
@@ -503,7 +504,7 @@ def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> d
     as_meta = lambda v: torch.device("meta") if _names_device(v, device) else v  # noqa: E731
     try:
         out, arg_tensors = meta_call(target, tree_map(as_meta, args), tree_map(as_meta, kwargs),
-                                     to_meta=lambda v: concrete_meta_tensor(v.meta))
+                                     to_meta=lambda v: concrete_meta_tensor(_eager_layout(v)))
     except Exception:
         return {}
     results, eager = tree_leaves(result), tree_leaves(out)
@@ -518,6 +519,15 @@ def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> d
                 kinds[id(r)] = "same" if o is meta else "view" if _shares_storage(o, meta) else "copy"
                 break
     return kinds
+
+
+def _eager_layout(value: Value) -> TensorMeta:
+    """The value's layout as eager has it: an alias's strides over its root's storage (after an
+    in-place update the prim value may be laid out differently: x.add_(x) then x.t().contiguous()
+    copies in eager when x.t() is not contiguous, fuzz seed 103287)."""
+    if value.alias is not None:
+        return dataclasses.replace(F.original_meta(value.alias), device=value.meta.device)
+    return value.meta
 
 
 def _overlaps_itself(meta: TensorMeta) -> bool:

@@ -294,20 +294,28 @@ def _in_layout(value: Value, original: TensorMeta) -> Value:
     return value
 
 
-def view_chain(base: Node, out: Node, emitted: set[Node]) -> tuple[ViewStep, ...] | None:
+def view_chain(base: Node, out: Node, emitted: set[Node], base_meta: TensorMeta | None = None
+               ) -> tuple[ViewStep, ...] | None:
     """The view prims (emitted by this decomposition) leading from base to out, or None
-    when out is not a view of base in eager (a non-view prim, or a reshape that copies)."""
+    when out is not a view of base in eager (a non-view prim, or a reshape that copies).
+
+    base_meta is base's layout in eager (an alias's original_meta): a reshape is a view only if
+    eager's strides allow it, and a prim value's own strides may be compact where eager's are not
+    (a diagonal's: flatten of it copies in eager, so writes to the result must not reach the root)."""
     steps: list[ViewStep] = []
     node = out
     while node is not base:
         if node not in emitted or node.target not in VIEW_PRIMS:
             return None
-        source = node.args[0]
-        if node.target is P.reshape and view_strides(source.meta, node.args[1]) is None:
-            return None
         steps.append(ViewStep(node.target, tuple(node.args[1:])))
-        node = source
-    return tuple(reversed(steps))
+        node = node.args[0]
+    steps.reverse()
+    meta = base_meta if base_meta is not None else base.meta
+    for step in steps:
+        if step.prim is P.reshape and view_strides(meta, step.args[0]) is None:
+            return None
+        meta = step.meta_of(meta)
+    return tuple(steps)
 
 
 def is_view_of_placeholder(node: Node) -> bool:

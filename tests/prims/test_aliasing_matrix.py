@@ -224,3 +224,30 @@ def test_layout_survives_inplace_updates(fn: Callable) -> None:
     shapes = [(4, 4)] if fn is _contiguous_after_transposed_write else [(4, 4), (1, 4)]
     check_aliasing(fn, shapes)
     check_aliasing(fn, shapes, options=None)
+
+
+def _flatten_of_diagonal_then_write(x: torch.Tensor) -> tuple:
+    # fuzz seed 106062: flatten of a non-contiguous diagonal copies in eager; a write to it must
+    # not reach the input (it did: the input was silently changed)
+    v = x.diagonal().flatten()
+    return (v[0].mul_(2),)
+
+
+def _contiguous_of_transposed_after_update(x: torch.Tensor) -> tuple:
+    # fuzz seed 103287: x.t() of a (1, 5) input with strides (1, 2) is not contiguous: a copy
+    x.add_(x)
+    return (x.transpose(-1, -2).contiguous(),)
+
+
+@pytest.mark.parametrize("fn, make_input", [
+    (_flatten_of_diagonal_then_write, lambda: torch.arange(48.0).view(2, 8, 3).transpose(1, 2)),
+    (_contiguous_of_transposed_after_update, lambda: torch.arange(10.0).view(5, 2).t()[:1]),
+], ids=["flatten_of_diagonal_then_write", "contiguous_of_transposed_after_update"])
+def test_layout_of_strided_inputs(fn: Callable, make_input: Callable) -> None:
+    compiled = ember.compile(fn)
+    for _ in range(2):
+        eager_input, compiled_input = make_input(), make_input()
+        expected, actual = fn(eager_input), compiled(compiled_input)
+        assert signature(actual, [compiled_input]) == signature(expected, [eager_input])
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(compiled_input, eager_input)
