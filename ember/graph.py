@@ -72,6 +72,8 @@ class TensorMeta:
         return n
 
     def is_contiguous(self) -> bool:
+        if any(size == 0 for size in self.shape):
+            return True           # as torch: an empty tensor is contiguous whatever its strides
         expected = 1
         for size, stride in zip(reversed(self.shape), reversed(self.stride)):
             if size != 1 and stride != expected:

@@ -175,6 +175,7 @@ FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "type_as_noop_split": (_type_as_noop_split, [(3, 2, 5)]),
     "chunk_of_empty_dim": (lambda x: x.chunk(2, 2), [(5, 4, 0)]),    # fuzz seed 622: 2 empty pieces
     "split_of_empty_dim": (lambda x: x.split(3, 2), [(5, 4, 0)]),
+    "contiguous_of_empty": (lambda x: x.contiguous(), [(2, 0, 1)]),     # fuzz seed 100390: x itself
 }
 
 
