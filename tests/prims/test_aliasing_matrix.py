@@ -180,7 +180,8 @@ FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
 
 
 def check_aliasing(fn: Callable, shapes: list[tuple[int, ...]], options: dict | None = None) -> None:
-    compiled = ember.compile(fn, options=options or {})
+    # fallback="error": a graph that failed to compile would run eagerly and match trivially
+    compiled = ember.compile(fn, options={"fallback": "error", **(options or {})})
     for call in range(2):
         inputs = [torch.randn(*s, generator=torch.Generator().manual_seed(10 * call + k)) for k, s in enumerate(shapes)]
         eager_inputs = [x.clone() for x in inputs]
@@ -245,7 +246,7 @@ def _contiguous_of_transposed_after_update(x: torch.Tensor) -> tuple:
     (_contiguous_of_transposed_after_update, lambda: torch.arange(10.0).view(5, 2).t()[:1]),
 ], ids=["flatten_of_diagonal_then_write", "contiguous_of_transposed_after_update"])
 def test_layout_of_strided_inputs(fn: Callable, make_input: Callable) -> None:
-    compiled = ember.compile(fn)
+    compiled = ember.compile(fn, options={"fallback": "error"})
     for _ in range(2):
         eager_input, compiled_input = make_input(), make_input()
         expected, actual = fn(eager_input), compiled(compiled_input)

@@ -20,7 +20,7 @@ def all_ops(x, s):
 @pytest.mark.parametrize("kind", SCALAR_KINDS, ids=lambda k: "python" if k is None else str(k)[6:])
 def test_scalar_operand_precision(dtype, kind):
     x = (torch.randn(1024) * 3).to(dtype)
-    compiled = ember.compile(all_ops)
+    compiled = ember.compile(all_ops, options={"fallback": "error"})   # compiled, never eager
     for value in (0.7771234567, 2.71828182846, 3):
         scalar = value if kind is None else torch.tensor(value, dtype=kind)
         for index, (actual, expected) in enumerate(zip(compiled(x, scalar), all_ops(x, scalar))):
