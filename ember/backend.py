@@ -1,7 +1,9 @@
 """The "ember" backend: prim graph -> loop IR -> fused kernels -> host program.
 
-    compiled = compile_graph(graph, example_inputs)
-    compiled(*inputs) -> tuple of outputs;  compiled.stats, compiled.source
+    compiled = compile_graph(graph, example_inputs)     # a CompiledGraph
+    compiled(*inputs) -> tuple of outputs;  compiled.kind, .stats, .source, .schedule
+
+compile_from_specs is the same from input metadata alone (TensorMeta, or a scalar's type).
 
 CPU tensors go to the C++ generator (codegen/cpp.py), CUDA tensors to
 codegen/triton.py.  Any internal failure raises CompileError naming the stage
@@ -11,8 +13,10 @@ and op; ember.api.resolve_backend decides whether the graph then runs eagerly
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -25,35 +29,86 @@ from ember.lower.scheduler import Schedule, schedule
 from ember.prims.functionalize import RunEagerly
 
 
+# What the compiler needs to know of one graph input: a tensor's metadata, or the Python type
+# of a runtime scalar (int, float, bool).
+InputSpec = TensorMeta | type
+
+
+@dataclasses.dataclass(eq=False)
+class CompiledGraph:
+    """What the backend returns: the callable, and what it is made of.
+
+    ``kind`` is "kernels" (fused kernels and Externs), "autograd" (a compiled forward whose
+    backward is compiled on first use; ember/autodiff/) or "eager" (the graph run op by op, for
+    ``eager_reason``)."""
+
+    call: Callable[..., tuple]
+    kind: str
+    source: str = ""
+    kernel_count: int = 0
+    extern_count: int = 0
+    schedule: Schedule | None = None
+    compile_seconds: float = 0.0
+    eager_reason: str = ""
+
+    def __call__(self, *inputs: Any) -> tuple:
+        return self.call(*inputs)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"kernel_count": self.kernel_count, "extern_count": self.extern_count}
+
+
+def input_specs(example_inputs: Sequence[Any]) -> list[InputSpec]:
+    """The metadata of real inputs (what ``compile_from_specs`` needs)."""
+    return [TensorMeta.of(x) if isinstance(x, torch.Tensor) else type(x) for x in example_inputs]
+
+
 def compile_graph(graph: Graph, example_inputs: list, options: CompileOptions | dict | None = None
-                  ) -> Callable[..., tuple]:
+                  ) -> CompiledGraph:
     """Compile a torch-level (or prim-level) graph for the devices of its example inputs.
 
     Failures raise CompileError; whether to run the graph eagerly instead is decided by the
     caller (ember.api.resolve_backend), not here."""
-    settings = CompileOptions.from_options(options)
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
-        # no autodiff yet: the eager graph keeps gradients correct
-        return _eager(graph, "inputs require grad")
+    return compile_from_specs(graph, input_specs(example_inputs), CompileOptions.from_options(options))
+
+
+def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
+    """The backend entry: from input metadata, never real values (so that a joint graph's halves
+    compile alike).  Training graphs (grad mode on, an input requiring grad) go to autodiff."""
+    start = time.perf_counter()
     try:
-        return _compile(graph, example_inputs, settings)
+        prim_graph = to_prim_graph(graph)
+        if needs_autodiff(specs):
+            from ember.autodiff.training import EagerAutograd, compile_training
+            try:
+                compiled = compile_training(graph, prim_graph, specs, options)
+            except EagerAutograd as exc:
+                return eager_graph(graph, str(exc))
+        else:
+            compiled = compile_prim_graph(prim_graph, specs, options)
     except RunEagerly as exc:     # exact only when run eagerly (overlapping writes, eager's own errors)
-        return _eager(graph, str(exc))
+        return eager_graph(graph, str(exc))
     except CompileError:
         raise
     except Exception as exc:
         raise CompileError(f"internal error: {type(exc).__name__}: {exc}", stage="backend") from exc
+    compiled.compile_seconds = time.perf_counter() - start
+    return compiled
 
 
-def _eager(graph: Graph, reason: str) -> Callable[..., tuple]:
+def needs_autodiff(specs: list[InputSpec]) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(s, TensorMeta) and s.requires_grad for s in specs)
+
+
+def eager_graph(graph: Graph, reason: str) -> CompiledGraph:
     fn = graph.as_callable()
-    fn.stats = {"kernel_count": 0, "extern_count": 0}
-    fn.source = f"# eager: {reason}\n" + getattr(fn, "__ember_source__", "")
-    return fn
+    return CompiledGraph(fn, "eager", f"# eager: {reason}\n" + getattr(fn, "__ember_source__", ""),
+                         eager_reason=reason)
 
 
-def _device_of(example_inputs: list) -> torch.device:
-    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+def _device_of(specs: list[InputSpec]) -> torch.device:
+    devices = {s.device.type for s in specs if isinstance(s, TensorMeta)}
     if "cuda" in devices:
         return torch.device("cuda")
     return torch.device("cpu")
@@ -76,11 +131,6 @@ def to_prim_graph(graph: Graph) -> Graph:
         raise CompileError(f"decomposition failed: {type(exc).__name__}: {exc}", stage="prims") from exc
 
 
-def lower_and_schedule(graph: Graph, example_inputs: list) -> Schedule:
-    program = lower_graph(graph, example_inputs)
-    return schedule(program)
-
-
 @contextlib.contextmanager
 def _stage(name: str) -> Iterator[None]:
     """Name the stage of an internal failure (the fallback warning and CompileError show it)."""
@@ -92,20 +142,18 @@ def _stage(name: str) -> Iterator[None]:
         raise CompileError(f"internal error: {type(exc).__name__}: {exc}", stage=name) from exc
 
 
-def _compile(graph: Graph, example_inputs: list, options: CompileOptions) -> Callable[..., tuple]:
-    start = time.perf_counter()
-    prim_graph = to_prim_graph(graph)
+def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
+    """Loop IR, fused kernels and the host program for a prim-level graph."""
     if enabled("prim_graph"):
         log("prim_graph", str(prim_graph))
     with _stage("lower"):
-        sched = lower_and_schedule(prim_graph, example_inputs)
+        sched = schedule(lower_graph(prim_graph, specs))
     with _stage("codegen"):
-        return _generate(prim_graph, sched, example_inputs, options, start)
+        return _generate(prim_graph, sched, specs, options)
 
 
-def _generate(prim_graph: Graph, sched: Schedule, example_inputs: list, options: CompileOptions,
-              start: float) -> Callable[..., tuple]:
-    device = _device_of(example_inputs)
+def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
+    device = _device_of(specs)
     use_triton = device.type == "cuda" or options.cpu_backend == "triton"
     if use_triton:
         try:
@@ -120,8 +168,8 @@ def _generate(prim_graph: Graph, sched: Schedule, example_inputs: list, options:
         launchers, kernel_source = _build_cpp(sched)
     from ember.codegen.wrapper import compile_wrapper, generate_wrapper
     extra = dict(prim_graph.extra)
-    extra["_input_is_tensor"] = [isinstance(x, torch.Tensor) for x in example_inputs]
-    extra["_input_on_host"] = [isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in example_inputs]
+    extra["_input_is_tensor"] = [isinstance(s, TensorMeta) for s in specs]
+    extra["_input_on_host"] = [isinstance(s, TensorMeta) and s.device.type == "cpu" for s in specs]
     extra["_output_metas"] = [o.meta if hasattr(o, "meta") and isinstance(o.meta, TensorMeta) else None
                               for o in prim_graph.outputs]
     param_names = [p.name for p in prim_graph.placeholders]
@@ -130,13 +178,7 @@ def _generate(prim_graph: Graph, sched: Schedule, example_inputs: list, options:
     source = f"# ---- wrapper\n{wrapper_source}\n# ---- kernels\n{kernel_source}"
     if enabled("output_code"):
         log("output_code", source)
-
-    compiled = call          # the generated host function itself: no extra Python frame per call
-    compiled.stats = {"kernel_count": len(sched.kernels), "extern_count": len(sched.externs)}
-    compiled.source = source
-    compiled.schedule = sched
-    compiled.compile_seconds = time.perf_counter() - start
-    return compiled
+    return CompiledGraph(call, "kernels", source, len(sched.kernels), len(sched.externs), sched)
 
 
 def _build_cpp(sched: Schedule) -> tuple[dict[str, tuple[Callable, list[str]]], str]:

@@ -73,13 +73,13 @@ def test_ember_fallback_environment_variable(monkeypatch):
 
 def test_every_field_reaches_its_stage(monkeypatch):
     seen = {}
-    real_compile = ember.backend._compile
+    real_compile = ember.backend.compile_from_specs
 
-    def recording_compile(graph, example_inputs, options):
+    def recording_compile(graph, specs, options):
         seen["options"] = options
-        return real_compile(graph, example_inputs, options)
+        return real_compile(graph, specs, options)
 
-    monkeypatch.setattr(ember.backend, "_compile", recording_compile)
+    monkeypatch.setattr(ember.backend, "compile_from_specs", recording_compile)
     compiled = ember.compile(lambda x: x * 2 + 1, mode="max-autotune", dynamic=False, fullgraph=True,
                              options={"cpu_backend": "triton", "fallback": "error"})
     x = torch.randn(8)

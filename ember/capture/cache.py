@@ -59,10 +59,14 @@ class CacheEntry:
     # explicit casts and must run with those autocasts off, or they would cast again
     autocast_devices: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # a backend's CompiledGraph exposes its generated function: call that, one frame fewer
+        self._call = getattr(self.compiled, "call", self.compiled)
+
     def run(self, inputs: tuple) -> Any:
         if self.autocast_devices:
-            return run_without_autocast(self.autocast_devices, self.compiled, inputs)
-        return self.compiled(*inputs)
+            return run_without_autocast(self.autocast_devices, self._call, inputs)
+        return self._call(*inputs)
 
     def failed_guard(self, result: int) -> str:
         if 0 <= result < len(self.guard_texts):

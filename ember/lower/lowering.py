@@ -40,7 +40,10 @@ class TensorValue:
 
 
 def lower_graph(graph: Graph, example_inputs: list | None = None) -> ir.LoopProgram:
-    """Translate a prim-level graph into loop nodes (one per computing prim)."""
+    """Translate a prim-level graph into loop nodes (one per computing prim).
+
+    ``example_inputs`` describe placeholders without a tensor meta: real values, or input specs
+    (a TensorMeta, or the type of a runtime scalar)."""
     return _Lowering(graph, example_inputs).run()
 
 
@@ -138,11 +141,13 @@ class _Lowering:
         if not isinstance(meta, TensorMeta):
             example = self.example_inputs[position] if self.example_inputs else None
             if isinstance(example, torch.Tensor):
-                meta = TensorMeta.of(example)
-            elif isinstance(example, (int, float, bool)):
-                # runtime Python scalar: the host passes it as a 0-dim tensor
-                dtype = torch.bool if isinstance(example, bool) else torch.int64 if isinstance(example, int) \
-                    else torch.float64
+                example = TensorMeta.of(example)
+            if isinstance(example, TensorMeta):
+                meta = example
+            elif isinstance(example, (int, float, bool)) or example in (int, float, bool):
+                # runtime Python scalar (a value, or its type): the host passes it as a 0-dim tensor
+                kind = example if isinstance(example, type) else type(example)
+                dtype = torch.bool if kind is bool else torch.int64 if kind is int else torch.float64
                 return self.add(ir.InputBuffer(node.name, (), dtype, (), 0, position))
             else:
                 return example
@@ -838,6 +843,7 @@ _LOWERINGS: dict[str, Callable[..., Any]] = {
     **{name: _elementwise(name) for name in list(UNARY) + list(BINARY)},
     "where": _where, "convert_element_type": _convert,
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice, "as_strided": _as_strided,
+    "detach": lambda self, node, x: x,
     "sum": _simple_reduction("sum"), "prod": _simple_reduction("prod"),
     "amax": _simple_reduction("amax"), "amin": _simple_reduction("amin"),
     "argmax": _arg_reduction("argmax"), "argmin": _arg_reduction("argmin"), "var_mean": _var_mean,

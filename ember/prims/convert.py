@@ -19,10 +19,26 @@ from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, is_dense, target_name, tree_leaves, tree_map
 from ember.prims import functionalize as F
 from ember.prims import ops
+from ember.prims import primitives
 from ember.prims.primitives import Prim
 from ember.prims.registry import lookup
 from ember.prims.values import (Emitter, Value, building, concrete_meta_tensor, emit, emit_with_meta, is_tensor,
                                 meta_call, metas_of)
+
+
+P_detach = primitives.detach
+
+
+def _metas(meta: Any) -> tuple:
+    return meta if isinstance(meta, tuple) else (meta,)
+
+
+def _mutates_first_argument(node: Node) -> bool:
+    """An in-place op on its first argument (``x.add_(1)``, ``x[i] = v``, ``F.relu(x, inplace=True)``)."""
+    name = target_name(node.target)
+    return bool(node.args) and isinstance(node.args[0], Node) and (
+        (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or
+        node.target in _SETITEM or bool(node.kwargs.get("inplace")) or name.startswith("__i"))
 
 
 def to_primitives(graph: Graph) -> Graph:
@@ -39,6 +55,7 @@ class _Converter:
         self.env: dict[Node, Any] = {}
         self.roots: list[F.Root] = []  # placeholder roots, by placeholder index
         self.output_nodes: set[Node] = set()  # nodes already returned as some root's buffer
+        self.grad_enabled = torch.is_grad_enabled()  # the grad mode at entry (guarded by capture)
 
     # ----------------------------------------------------------------- driving
     def run(self) -> Graph:
@@ -48,7 +65,7 @@ class _Converter:
                     self._placeholder(node)
                 elif node.op == "call":
                     self.emitter.source_line = node.source_line
-                    self.env[node] = self._call(node)
+                    self.env[node] = self._gradient_boundary(node, self._call(node))
                 elif node.op == "output":
                     self._output(node)
         self.new.extra.update({k: v for k, v in self.graph.extra.items() if k not in self.new.extra})
@@ -106,6 +123,37 @@ class _Converter:
             return args[0].alias
         view_of = args[0] if decomposition.view and is_tensor(args[0]) else None
         return self._wrap_result(node.target, args, kwargs, result, view_of)
+
+    def _gradient_boundary(self, node: Node, result: Any) -> Any:
+        """Keep eager's autograd boundaries in the prim graph, which autodiff reads.
+
+        A float result that does not require grad although an input does (``x.detach()``, an op
+        under ``no_grad``) becomes a ``prims.detach`` view: no gradient flows through it.  What
+        autodiff cannot reproduce (a tensor that starts requiring grad inside the graph, an
+        in-place update under no_grad of a tensor that requires grad) is recorded in
+        ``graph.extra["grad_unsafe"]``: such a graph then runs eagerly when gradients are needed."""
+        if node.target is torch._C._set_grad_enabled:
+            self.grad_enabled = bool(node.args[0])
+            return result
+        outputs = [m for m in _metas(node.meta) if isinstance(m, TensorMeta)]
+        if not outputs:
+            return result
+        inputs_require = any(m.requires_grad for n in node.inputs() for m in _metas(n.meta)
+                             if isinstance(m, TensorMeta))
+        outputs_require = any(m.requires_grad for m in outputs)
+        mutates = _mutates_first_argument(node)
+        if outputs_require and (not inputs_require or (mutates and not self.grad_enabled) or
+                                (mutates and not _metas(node.args[0].meta)[0].requires_grad)):
+            self.new.extra.setdefault("grad_unsafe", f"{target_name(node.target)} at {node.source_line or '?'} "
+                                      "changes which tensors require grad")
+        if not inputs_require or outputs_require:
+            return result
+        return tree_map(lambda r: self._detached(r) if isinstance(r, F.Alias) and r.cached.dtype.is_floating_point
+                        else r, result)
+
+    def _detached(self, alias: F.Alias) -> F.Alias:
+        value = emit(P_detach, F.resolve(alias))
+        return alias.extended((F.ViewStep(P_detach, ()),), value)
 
     def _take_eager_layout(self, node: Node, result: Any) -> None:
         """A decomposed op's fresh result gets the strides eager gives it (node.meta, from the

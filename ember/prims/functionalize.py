@@ -29,7 +29,7 @@ from ember.prims import primitives as P
 from ember.prims.meta import view_strides
 from ember.prims.values import Value, current, emit
 
-VIEW_PRIMS = (P.reshape, P.permute, P.expand, P.slice_, P.as_strided)
+VIEW_PRIMS = (P.reshape, P.permute, P.expand, P.slice_, P.as_strided, P.detach)
 
 
 class RunEagerly(CompileError):
@@ -64,6 +64,8 @@ class ViewStep:
         """The new value of x after writing `new` into this view of x."""
         if self.prim is P.reshape:
             return ops.reshape(new, x.shape)
+        if self.prim is P.detach:
+            return new
         if self.prim is P.permute:
             inverse = [0] * len(self.args[0])
             for i, d in enumerate(self.args[0]):

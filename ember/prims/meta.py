@@ -314,7 +314,7 @@ def _install() -> None:
     rules = {
         "clone": clone_rule, "where": where_rule, "convert_element_type": convert_rule,
         "reshape": reshape_rule, "permute": permute_rule, "expand": expand_rule, "slice": slice_rule,
-        "as_strided": as_strided_rule,
+        "as_strided": as_strided_rule, "detach": lambda x: x,
         "sum": reduction_rule, "prod": reduction_rule, "amax": reduction_rule, "amin": reduction_rule,
         "argmax": arg_reduction_rule, "argmin": arg_reduction_rule, "var_mean": var_mean_rule,
         "cumsum": cumsum_rule, "iota": iota_rule, "full": full_rule, "philox_rand": philox_rule,

@@ -163,6 +163,9 @@ expand = register_prim("expand", "view", lambda x, shape: x.expand(shape),
 slice_ = register_prim("slice", "view", lambda x, dim, start, end, step=1: x.narrow(dim, 0, x.shape[dim])[
     (slice(None),) * dim + (slice(start, end, step),)],
     "slice(x, dim, start, end, step): 0 <= start <= end <= size, step >= 1 (already clamped)")
+detach = register_prim("detach", "view", lambda x: x.detach(),
+                       "detach(x): x itself (an identity view); autodiff stops gradients here (x.detach(), "
+                       "values computed under no_grad)")
 as_strided = register_prim("as_strided", "view",
                            lambda x, size, stride, storage_offset=0: x.as_strided(size, stride, storage_offset),
                            "as_strided(x, size, stride, storage_offset): over x's storage")

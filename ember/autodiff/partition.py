@@ -1,0 +1,239 @@
+"""Split a joint graph into a forward and a backward graph by a minimum cut.
+
+The backward needs some values the forward computes.  Each one is either *saved* (kept alive
+from forward to backward: costs its bytes of memory) or *recomputed* in the backward from other
+saved values.  Recomputing is allowed only for cheap ops (pointwise, views, constants); matmuls,
+reductions, Externs and random numbers are computed once, in the forward, and saved if the
+backward reads them.  Among the choices that respect this, the cut saves the fewest bytes:
+
+    source -> every input and every op that must run in the forward      (infinite)
+    v_in -> v_out                                                       (bytes of v: saving v)
+    u_out -> v_in for each use of u by v                                 (infinite)
+    v_out -> sink for each forward value the backward reads              (infinite)
+
+A minimum s-t cut crosses only ``v_in -> v_out`` edges; those v are the saved values.  Inputs
+and forward outputs cost nothing to save (they are alive anyway), so a pointwise chain from
+them is recomputed in the backward rather than stored: Inductor's default, "save the matmul
+output, recompute the gelu".
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import operator
+from typing import Any
+
+from ember.autodiff.joint import Joint
+from ember.errors import CompileError
+from ember.graph import Graph, Node, TensorMeta, tree_map
+from ember.prims import primitives as P
+from ember.prims.primitives import Prim
+
+INFINITE = float("inf")
+_RECOMPUTABLE_KINDS = ("elementwise", "view", "creation")
+
+
+@dataclasses.dataclass
+class Partition:
+    forward: Graph      # primals -> forward outputs, then the saved values
+    backward: Graph     # saved values, then tangents -> one gradient per grad input
+    saved: list[Node]   # joint nodes saved by the forward, in the forward's output order
+
+
+def partition(joint: Joint) -> Partition:
+    graph = joint.graph
+    tangent_set = set(joint.tangents)
+    backward_only = _descendants(graph, tangent_set)
+    forward_outputs = list(graph.outputs[:joint.num_forward_outputs])
+    grad_outputs = list(graph.outputs[joint.num_forward_outputs:])
+    primal_values = [n for n in graph.nodes if n.op != "output" and n not in backward_only and n not in tangent_set]
+    read_by_backward = _read_by(backward_only, grad_outputs, set(primal_values))
+    written = {joint.primals[p] for p, _ in graph.extra.get("mutated_inputs", [])}
+    saved = _min_cut(primal_values, read_by_backward, forward_outputs, written)
+    forward = _extract(graph, joint.primals, forward_outputs + saved, "forward")
+    forward.extra = dict(graph.extra)
+    backward = _extract(graph, saved + joint.tangents, grad_outputs, "backward")
+    return Partition(forward, backward, saved)
+
+
+def _descendants(graph: Graph, roots: set[Node]) -> set[Node]:
+    found = set(roots)
+    for node in graph.nodes:
+        if node.op == "call" and any(i in found for i in node.inputs()):
+            found.add(node)
+    return found - roots
+
+
+def _read_by(backward_only: set[Node], grad_outputs: list[Any], primal: set[Node]) -> list[Node]:
+    """Forward-computable values that the backward reads directly."""
+    read: dict[Node, None] = {}
+    for node in backward_only:
+        for value in node.inputs():
+            if value in primal:
+                read[value] = None
+    for value in grad_outputs:
+        if isinstance(value, Node) and value in primal:
+            read[value] = None
+    return list(read)
+
+
+def recomputable(node: Node) -> bool:
+    if node.op != "call":
+        return False
+    if node.target is operator.getitem:
+        return recomputable(node.args[0]) if isinstance(node.args[0], Node) else False
+    target = node.target
+    return isinstance(target, Prim) and target.kind in _RECOMPUTABLE_KINDS and target is not P.as_strided
+
+
+def _save_cost(node: Node, free: set[Node], written: set[Node]) -> float:
+    if node in written:
+        return INFINITE         # its value changes when the forward writes it back: never saved
+    if node in free:
+        return 0.0
+    if isinstance(node.meta, TensorMeta):
+        return float(node.meta.numel() * node.meta.dtype.itemsize)
+    if node.meta is None and node.op == "call" and node.target is not operator.getitem:
+        return 8.0              # a Python scalar computed at run time (a seed): saved as is
+    return INFINITE             # a tuple of values: save its elements instead
+
+
+def _min_cut(values: list[Node], read_by_backward: list[Node], forward_outputs: list[Any],
+             written: set[Node]) -> list[Node]:
+    if not read_by_backward:
+        return []
+    free = {v for v in forward_outputs if isinstance(v, Node)} | {v for v in values if v.op == "placeholder"}
+    flow = _FlowNetwork()
+    source, sink = "source", "sink"
+    index = {v: i for i, v in enumerate(values)}
+    for v in values:
+        flow.edge(("in", v), ("out", v), _save_cost(v, free, written))
+        if not recomputable(v):
+            flow.edge(source, ("in", v), INFINITE)
+        for u in v.inputs():
+            if u in index:
+                flow.edge(("out", u), ("in", v), INFINITE)
+    for v in read_by_backward:
+        flow.edge(("out", v), sink, INFINITE)
+    if flow.max_flow(source, sink) == INFINITE:
+        raise CompileError("the backward reads a value that can be neither saved nor recomputed", stage="autodiff")
+    reachable = flow.reachable(source)
+    saved = [v for v in values if ("in", v) in reachable and ("out", v) not in reachable]
+    return saved
+
+
+class _FlowNetwork:
+    """Dinic's maximum flow over hashable vertices."""
+
+    def __init__(self) -> None:
+        self.adjacent: dict[Any, list[int]] = collections.defaultdict(list)
+        self.to: list[Any] = []
+        self.capacity: list[float] = []
+
+    def edge(self, u: Any, v: Any, capacity: float) -> None:
+        self.adjacent[u].append(len(self.to))
+        self.to.append(v)
+        self.capacity.append(capacity)
+        self.adjacent[v].append(len(self.to))
+        self.to.append(u)
+        self.capacity.append(0.0)
+
+    def _levels(self, source: Any, sink: Any) -> dict[Any, int] | None:
+        level = {source: 0}
+        queue = collections.deque([source])
+        while queue:
+            u = queue.popleft()
+            for e in self.adjacent[u]:
+                v = self.to[e]
+                if self.capacity[e] > 0 and v not in level:
+                    level[v] = level[u] + 1
+                    queue.append(v)
+        return level if sink in level else None
+
+    def max_flow(self, source: Any, sink: Any) -> float:
+        total = 0.0
+        while True:
+            level = self._levels(source, sink)
+            if level is None:
+                return total
+            cursor = {u: 0 for u in level}
+            while True:
+                pushed = self._augment(source, sink, level, cursor)
+                if pushed == 0:
+                    break
+                if pushed == INFINITE:
+                    return INFINITE
+                total += pushed
+
+    def _augment(self, source: Any, sink: Any, level: dict[Any, int], cursor: dict[Any, int]) -> float:
+        """One blocking-flow path (iterative DFS), returning what it pushed."""
+        path: list[int] = []
+        u = source
+        while True:
+            if u == sink:
+                pushed = min(self.capacity[e] for e in path)
+                if pushed == INFINITE:
+                    return INFINITE
+                for e in path:
+                    self.capacity[e] -= pushed
+                    self.capacity[e ^ 1] += pushed
+                return pushed
+            edges = self.adjacent[u]
+            advanced = False
+            while cursor[u] < len(edges):
+                e = edges[cursor[u]]
+                v = self.to[e]
+                if self.capacity[e] > 0 and level.get(v, -1) == level[u] + 1:
+                    path.append(e)
+                    u = v
+                    advanced = True
+                    break
+                cursor[u] += 1
+            if advanced:
+                continue
+            if not path:
+                return 0.0
+            level[u] = -1               # dead end: never enter it again in this phase
+            e = path.pop()
+            u = self.to[e ^ 1]
+            cursor[u] += 1
+
+    def reachable(self, source: Any) -> set[Any]:
+        seen = {source}
+        stack = [source]
+        while stack:
+            u = stack.pop()
+            for e in self.adjacent[u]:
+                v = self.to[e]
+                if self.capacity[e] > 0 and v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        return seen
+
+
+def _extract(graph: Graph, inputs: list[Node], outputs: list[Any], name: str) -> Graph:
+    """The subgraph computing ``outputs`` from ``inputs`` (which become its placeholders)."""
+    boundary = set(inputs)
+    needed: set[Node] = set()
+    stack = [v for v in outputs if isinstance(v, Node)]
+    while stack:
+        node = stack.pop()
+        if node in needed or node in boundary:
+            continue
+        if node.op == "placeholder":
+            raise CompileError(f"the {name} graph reads {node.name}, which it does not receive", stage="autodiff")
+        needed.add(node)
+        stack.extend(node.inputs())
+    new = Graph()
+    mapping: dict[Node, Node] = {}
+    for node in inputs:
+        mapping[node] = new.placeholder(node.name, node.meta)
+        mapping[node].extra = dict(node.extra)
+    remap = lambda v: mapping[v] if isinstance(v, Node) else v  # noqa: E731
+    for node in graph.nodes:
+        if node in needed:
+            mapping[node] = new.call(node.target, tree_map(remap, node.args), tree_map(remap, node.kwargs),
+                                     node.meta, node.name, node.source_line)
+            mapping[node].extra = dict(node.extra)
+    new.output([remap(v) for v in outputs])
+    return new

@@ -1,0 +1,273 @@
+"""Training graphs: a compiled forward and a compiled backward inside a torch.autograd.Function.
+
+    compiled = compile_training(graph, prim_graph, specs, options)   # a CompiledGraph, kind "autograd"
+    outputs = compiled(*inputs)         # outputs carry grad_fn; .backward() runs compiled kernels
+
+prim graph -> joint graph (joint.py) -> min-cut partition (partition.py) -> the forward is
+compiled now, the backward on its first use (both by ``backend.compile_prim_graph``, from
+metadata).  The forward returns its outputs plus the saved values; ``_CompiledFunction`` keeps
+the saved tensors with ``ctx.save_for_backward`` (so ``retain_graph`` and the "backward twice"
+error behave as in eager) and hands them with the incoming gradients to the backward.
+
+Outputs that eager returns as an input itself or as a view of an input or of another output
+(graph.extra["output_aliases"] / ["output_sources"]) are made *outside* the Function, with
+autograd recording the view, exactly as eager does.
+
+``create_graph=True`` (double backward) re-runs the torch-level graph eagerly from the
+original inputs and differentiates that; a graph that draws random numbers raises instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from ember.api import CompileOptions
+from ember.autodiff.joint import Joint, build_joint
+from ember.autodiff.partition import Partition, partition
+from ember.graph import Graph, Node, TensorMeta
+from ember.prims import primitives as P
+
+
+class EagerAutograd(Exception):
+    """The graph is exact only when run op by op under eager autograd (the reason says why)."""
+
+
+def compile_training(graph: Graph, prim_graph: Graph, specs: list, options: CompileOptions) -> Any:
+    from ember.backend import CompiledGraph, compile_prim_graph
+    _check_supported(prim_graph)
+    joint = build_joint(prim_graph)
+    if not joint.tangents:       # nothing the user gets back depends on what requires grad
+        return compile_prim_graph(prim_graph, specs, options)
+    parts = partition(joint)
+    forward_graph = _forward_graph(parts, joint)
+    forward = compile_prim_graph(forward_graph, specs, options)
+    step = TrainingStep(forward, parts, joint, prim_graph, graph, options)
+    return CompiledGraph(step, "autograd", forward.source, forward.kernel_count, forward.extern_count,
+                         forward.schedule)
+
+
+def _check_supported(prim_graph: Graph) -> None:
+    extra = prim_graph.extra
+    if "grad_unsafe" in extra:
+        raise EagerAutograd(extra["grad_unsafe"])
+    placeholders = prim_graph.placeholders
+    arguments = set(extra.get("_argument_inputs", range(len(placeholders))))
+    for position, _ in extra.get("mutated_inputs", []):
+        meta = placeholders[position].meta
+        if isinstance(meta, TensorMeta) and meta.requires_grad:
+            raise EagerAutograd(f"an in-place update of {placeholders[position].name}, which requires grad")
+        if position in arguments:
+            # aliasing between arguments is checked by the inference wrapper only
+            raise EagerAutograd(f"an in-place update of the argument {placeholders[position].name}")
+
+
+def _forward_graph(parts: Partition, joint: Joint) -> Graph:
+    """The forward as the wrapper generator reads it: every output returned (the Function sorts
+    them), write-backs kept, output aliasing left to the Function's caller."""
+    forward = parts.forward
+    extra = {k: v for k, v in forward.extra.items()
+             if k not in ("output_aliases", "output_sources", "_torch_graph", "_argument_inputs",
+                          "num_user_outputs")}
+    extra["num_user_outputs"] = len(forward.outputs)
+    forward.extra = extra
+    return forward
+
+
+@dataclasses.dataclass
+class _Layout:
+    """Where each forward output goes."""
+
+    returned: list[int]             # forward output positions the Function returns
+    non_differentiable: list[int]   # of those, the ones autograd must not differentiate
+    tangent_slots: list[int]        # for each tangent: its index among the returned outputs
+    num_forward_outputs: int
+    num_user_outputs: int
+    grad_inputs: list[int]          # placeholder positions that get gradients, in order
+    num_inputs: int
+    constants: dict[int, Any]       # outputs that are Python values
+    alias_metas: dict[int, TensorMeta]  # outputs that eager returns as views of inputs: their layout
+
+
+class TrainingStep:
+    """The callable of an autograd CompiledGraph."""
+
+    def __init__(self, forward: Any, parts: Partition, joint: Joint, prim_graph: Graph, torch_graph: Graph,
+                 options: CompileOptions) -> None:
+        self.forward = forward.call
+        self.backward_graph = parts.backward
+        self.options = options
+        self.extra = prim_graph.extra
+        self.torch_graph = torch_graph
+        self.has_random = any(n.target is P.philox_rand for n in prim_graph.call_nodes())
+        self.layout = _layout(prim_graph, joint)
+        self.saved_metas = [p.meta for p in parts.backward.placeholders[:len(parts.saved)]]
+        self.num_saved = len(parts.saved)
+        self.device = next((p.meta.device.type for p in prim_graph.placeholders
+                            if isinstance(p.meta, TensorMeta)), "cpu")
+        self._backward: Any = None
+        self._lock = threading.Lock()
+        self._eager: Any = None
+
+    def __call__(self, *inputs: Any) -> tuple:
+        returned = _CompiledFunction.apply(self, *inputs)
+        layout = self.layout
+        results: list[Any] = [None] * layout.num_forward_outputs
+        for position, value in zip(layout.returned, returned):
+            results[position] = value
+        for position, value in layout.constants.items():
+            results[position] = value
+        _apply_output_aliases(results, inputs, self.extra, layout.alias_metas)
+        return tuple(results[:layout.num_user_outputs])
+
+    # ------------------------------------------------------------- backward
+    def backward(self, saved: list[Any]) -> Any:
+        """The compiled backward, built on first use from the saved values' metadata."""
+        if self._backward is None:
+            with self._lock:
+                if self._backward is None:
+                    from ember.backend import compile_prim_graph
+                    specs = [s if isinstance(s, TensorMeta) else type(v)
+                             for s, v in zip(self.saved_metas, saved)]
+                    specs += [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
+                    self._backward = compile_prim_graph(self.backward_graph, specs, self.options).call
+        return self._backward
+
+    def eager_graph(self) -> Any:
+        if self._eager is None:
+            self._eager = self.torch_graph.as_callable()
+        return self._eager
+
+
+def _layout(prim_graph: Graph, joint: Joint) -> _Layout:
+    extra = prim_graph.extra
+    outputs = list(prim_graph.outputs)
+    mutated = {o for _, o in extra.get("mutated_inputs", [])}
+    replaced = set(extra.get("output_aliases", {})) | \
+        {i for i, s in extra.get("output_sources", {}).items() if s[0] in ("input", "input_view", "output")}
+    returned = [i for i, v in enumerate(outputs) if isinstance(v, Node) and i not in mutated and i not in replaced]
+    differentiable = set(joint.differentiable_outputs)
+    return _Layout(
+        returned=returned,
+        non_differentiable=[i for i in returned if i not in differentiable],
+        tangent_slots=[returned.index(i) for i in joint.differentiable_outputs],
+        num_forward_outputs=len(outputs),
+        num_user_outputs=extra.get("num_user_outputs", len(outputs)),
+        grad_inputs=joint.grad_inputs,
+        num_inputs=len(joint.primals),
+        constants={i: v for i, v in enumerate(outputs) if not isinstance(v, Node)},
+        alias_metas={i: outputs[i].meta for i in extra.get("output_aliases", {})
+                     if isinstance(outputs[i], Node) and isinstance(outputs[i].meta, TensorMeta)},
+    )
+
+
+def _apply_output_aliases(results: list[Any], inputs: tuple, extra: dict, alias_metas: dict) -> None:
+    """Outputs that eager returns as an input, a view of an input or of another output (the
+    same rules as codegen/wrapper.py ``_apply_output_sources``), made with autograd on."""
+    for index, position in extra.get("output_aliases", {}).items():
+        meta = alias_metas.get(index)
+        if meta is not None:
+            results[index] = inputs[position].as_strided(meta.shape, meta.stride, meta.storage_offset)
+    sources = extra.get("output_sources", {})
+    for index in sorted(sources):
+        source = sources[index]
+        if source[0] == "input":
+            results[index] = inputs[source[1]]
+        elif source[0] == "input_view":
+            _, position, shape, stride, offset = source
+            results[index] = inputs[position].as_strided(shape, stride, offset)
+    for index in sorted(sources):
+        source = sources[index]
+        if source[0] == "view":
+            _, base, shape, stride, offset = source
+            results[index] = results[base].as_strided(shape, stride, results[base].storage_offset() + offset)
+    for index in sorted(sources):
+        if sources[index][0] == "output":
+            results[index] = results[sources[index][1]]
+
+
+class _CompiledFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, step: TrainingStep, *inputs: Any) -> tuple:
+        layout = step.layout
+        results = step.forward(*inputs)
+        saved = results[layout.num_forward_outputs:]
+        ctx.step = step
+        ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+        ctx.saved_others = [(i, s) for i, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
+        ctx.input_refs = [_reference(x) for x in inputs]
+        returned = tuple(results[i] for i in layout.returned)
+        non_differentiable = [results[i] for i in layout.non_differentiable if isinstance(results[i], torch.Tensor)]
+        if non_differentiable:
+            ctx.mark_non_differentiable(*non_differentiable)
+        return returned
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        step: TrainingStep = ctx.step
+        layout = step.layout
+        if torch.is_grad_enabled():     # create_graph=True: differentiate the eager graph instead
+            return (None, *_double_backward(ctx, grads))
+        saved = list(ctx.saved_tensors)
+        for index, value in ctx.saved_others:
+            saved.insert(index, value)
+        saved = [_in_layout(value, meta) for value, meta in zip(saved, step.saved_metas)]
+        tangents = [grads[slot].contiguous() for slot in layout.tangent_slots]
+        backward = step.backward(saved)
+        if torch.is_autocast_enabled(step.device):     # the graph holds its casts already
+            with torch.autocast(step.device, enabled=False):
+                input_grads = backward(*saved, *tangents)
+        else:
+            input_grads = backward(*saved, *tangents)
+        result: list[Any] = [None] * layout.num_inputs
+        for position, grad in zip(layout.grad_inputs, input_grads):
+            result[position] = grad
+        return (None, *result)
+
+
+def _reference(value: Any) -> Any:
+    return weakref.ref(value) if isinstance(value, torch.Tensor) else (lambda: value)
+
+
+def _in_layout(value: Any, meta: Any) -> Any:
+    """A saved tensor in the layout the backward was compiled for (a copy only if it differs)."""
+    if not isinstance(value, torch.Tensor) or not isinstance(meta, TensorMeta):
+        return value
+    if tuple(value.stride()) == tuple(meta.stride) or value.numel() <= 1:
+        return value
+    copy = torch.empty_strided(meta.shape, meta.stride, dtype=value.dtype, device=value.device)
+    return copy.copy_(value)
+
+
+def _double_backward(ctx: Any, grads: tuple) -> list[Any]:
+    """Gradients that are themselves differentiable: the torch-level graph re-run eagerly from
+    the original inputs, then differentiated by autograd (create_graph=True)."""
+    step: TrainingStep = ctx.step
+    layout = step.layout
+    if step.has_random:
+        raise RuntimeError("ember: create_graph=True through a compiled graph that draws random numbers "
+                           "(dropout, rand) is not supported: the eager re-run would draw other numbers. "
+                           "Compile the function with backend='eager', or differentiate it once.")
+    inputs = [ref() for ref in ctx.input_refs]
+    if any(ref() is None for ref in ctx.input_refs if isinstance(ref, weakref.ref)):
+        raise RuntimeError("ember: create_graph=True needs the inputs of the compiled graph, and one of "
+                           "them was freed; keep the inputs alive or compile with backend='eager'")
+    hidden = [p for p in layout.returned if p >= layout.num_user_outputs]
+    if any(layout.returned[slot] in hidden for slot in layout.tangent_slots):
+        raise RuntimeError("ember: create_graph=True through a compiled graph returning views of an "
+                           "intermediate is not supported; compile it with backend='eager'")
+    written = {p for p, _ in step.extra.get("mutated_inputs", [])}
+    replay = [x.clone() if i in written and isinstance(x, torch.Tensor) else x for i, x in enumerate(inputs)]
+    with torch.enable_grad():
+        outputs = step.eager_graph()(*replay)
+        pairs = [(outputs[layout.returned[slot]], grads[slot]) for slot in layout.tangent_slots]
+        wanted = [replay[p] for p in layout.grad_inputs]
+        input_grads = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                          create_graph=True, allow_unused=True)
+    result: list[Any] = [None] * layout.num_inputs
+    for position, grad in zip(layout.grad_inputs, input_grads):
+        result[position] = grad
+    return result
