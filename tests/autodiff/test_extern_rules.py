@@ -1,0 +1,434 @@
+"""VJP rules of Externs (ember/autodiff/extern_rules.py) against eager autograd.
+
+Each test builds a prim graph by hand: the forward Extern, a placeholder for its output's
+gradient, and the rule's backward nodes; runs it with Graph.run (every node eagerly), and a few
+through the real code generator; and compares with torch.autograd.grad.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ember.autodiff import extern_rules, rules
+from ember.autodiff.extern_rules import autograd_vjp, rerun_is_exact, rule_for
+from ember.graph import Graph, TensorMeta
+from ember.prims.values import Emitter, Value, building, emit, emit_with_meta
+
+F = torch.nn.functional
+T = torch.Tensor
+
+
+# ------------------------------------------------------------------------ harness
+def _is_float(t: object) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+
+
+def _pairs(args: tuple, result: tuple) -> list[tuple[object, object]]:
+    """(argument, its gradient entry) for each tensor leaf of the positional arguments."""
+    assert len(result) == len(args), f"the rule returned {len(result)} entries for {len(args)} arguments"
+    pairs = []
+    for arg, entry in zip(args, result):
+        if isinstance(arg, (list, tuple)) and any(isinstance(a, (Value, torch.Tensor)) for a in arg):
+            entries = entry if entry is not None else [None] * len(arg)
+            assert len(entries) == len(arg)
+            pairs += [(a, e) for a, e in zip(arg, entries) if isinstance(a, (Value, torch.Tensor))]
+        elif isinstance(arg, (Value, torch.Tensor)):
+            pairs.append((arg, entry))
+        else:
+            assert entry is None, "a constant argument got a gradient"
+    return pairs
+
+
+class Built:
+    def __init__(self, graph: Graph, inputs: list, grads: list, checked: list[int]) -> None:
+        self.graph, self.inputs, self.grads, self.checked = graph, inputs, grads, checked
+
+
+def build(target, inputs, make_args, seed: int = 0, out_meta: TensorMeta | None = None) -> Built:
+    """Forward Extern + rule; `make_args(xs)` places the inputs (Values) among constants.
+    `out_meta` gives the forward's meta where the meta device cannot (data-dependent shapes)."""
+    torch.manual_seed(seed)
+    graph = Graph()
+    with building(Emitter(graph)):
+        xs = [Value(graph.placeholder(f"x{i}", TensorMeta.of(t)), TensorMeta.of(t)) if isinstance(t, torch.Tensor)
+              else Value(graph.placeholder(f"x{i}", None), None, pytype=type(t)) for i, t in enumerate(inputs)]
+        args, kwargs = make_args(xs)
+        out = emit(target, *args, **kwargs) if out_meta is None else emit_with_meta(target, out_meta, args, kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        grad_values, grad_tensors = [], []
+        for i, o in enumerate(outs):
+            if o.dtype.is_floating_point:
+                grad_values.append(Value(graph.placeholder(f"grad{i}", o.meta), o.meta))
+                grad_tensors.append(torch.randn(o.shape, dtype=o.dtype))
+            else:
+                grad_values.append(None)
+        grad = tuple(grad_values) if isinstance(out, tuple) else grad_values[0]
+        result = rule_for(target)(grad, out, *args, **kwargs)
+        checked, nodes = [], []
+        for arg, entry in _pairs(args, result):
+            index = xs.index(arg)
+            if entry is not None:
+                assert tuple(entry.shape) == tuple(arg.shape) and entry.dtype == arg.dtype, \
+                    f"grad meta {entry.meta} for argument {arg.meta}"
+                checked.append(index)
+                nodes.append(entry.node)
+        graph.output(nodes)
+    return Built(graph, list(inputs), grad_tensors, checked)
+
+
+def expected(target, built: Built, make_args) -> list[torch.Tensor]:
+    leaves = [t.detach().clone().requires_grad_(i in built.checked) if isinstance(t, torch.Tensor) else t
+              for i, t in enumerate(built.inputs)]
+    args, kwargs = make_args(leaves)
+    out = target(*args, **kwargs)
+    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if _is_float(o)]
+    wanted = [leaves[i] for i in built.checked]
+    found = torch.autograd.grad(outs, wanted, built.grads, allow_unused=True)
+    return [torch.zeros_like(w) if g is None else g for g, w in zip(found, wanted)]
+
+
+def check(target, inputs, make_args, *, atol=1e-5, rtol=1e-5, compiled=False, min_grads=1,
+          out_meta: TensorMeta | None = None) -> Built:
+    built = build(target, inputs, make_args, out_meta=out_meta)
+    assert len(built.checked) >= min_grads, "the rule gave fewer gradients than expected"
+    want = expected(target, built, make_args)
+    got = built.graph.run(*built.inputs, *built.grads)
+    _compare(got, want, built, atol, rtol)
+    if compiled:
+        from ember.backend import compile_graph
+        fn = compile_graph(built.graph, [*built.inputs, *built.grads], {"fallback": "error"})
+        _compare(fn(*built.inputs, *built.grads), want, built, atol, rtol)
+    return built
+
+
+def _compare(got, want, built: Built, atol: float, rtol: float) -> None:
+    assert len(got) == len(want)
+    for g, w, i in zip(got, want, built.checked):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"input {i}: {g.shape}/{g.dtype} vs {w.shape}/{w.dtype}"
+        torch.testing.assert_close(g, w, atol=atol, rtol=rtol, msg=lambda m: f"grad of input {i}: {m}")
+
+
+def pos(*layout):
+    """make_args from a layout: ints are input positions, other entries constants."""
+    def make(xs):
+        return tuple(xs[a] if isinstance(a, int) and not isinstance(a, bool) else a.value if isinstance(a, C)
+                     else a for a in layout), {}
+    return make
+
+
+class C:
+    """A constant that is an int (so `pos` does not read it as an input position)."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype)
+
+
+# ---------------------------------------------------------------------- matmuls
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((4,), (4,)), ((4,), (4, 5)), ((3, 4), (4,)), ((3, 4), (4, 5)), ((2, 3, 4), (4, 5)),
+    ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)), ((2, 3, 4), (2, 4, 5)),
+    ((1, 3, 4), (2, 4, 5)),
+])
+def test_matmul(a_shape, b_shape):
+    check(torch.matmul, [randn(*a_shape), randn(*b_shape)], pos(0, 1), min_grads=2)
+
+
+def test_mm_and_bmm():
+    check(torch.mm, [randn(3, 4), randn(4, 5)], pos(0, 1), min_grads=2)
+    check(torch.bmm, [randn(2, 3, 4), randn(2, 4, 5)], pos(0, 1), min_grads=2)
+
+
+@pytest.mark.parametrize("x_shape", [(5,), (3, 5), (2, 3, 5), (2, 1, 3, 5)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear(x_shape, with_bias):
+    inputs = [randn(*x_shape), randn(4, 5)] + ([randn(4)] if with_bias else [])
+    check(F.linear, inputs, pos(0, 1, 2) if with_bias else pos(0, 1), min_grads=len(inputs))
+
+
+def test_linear_bias_by_keyword_gets_no_gradient():
+    built = build(F.linear, [randn(3, 5), randn(4, 5), randn(4)], lambda xs: ((xs[0], xs[1]), {"bias": xs[2]}))
+    assert built.checked == [0, 1]
+
+
+@pytest.mark.parametrize("target,shapes,kwargs", [
+    (torch.addmm, [(5,), (3, 4), (4, 5)], {}),
+    (torch.addmm, [(3, 5), (3, 4), (4, 5)], {"beta": 0.5, "alpha": 2.0}),
+    (torch.addmm, [(3, 1), (3, 4), (4, 5)], {"beta": 0, "alpha": -1.5}),
+    (torch.baddbmm, [(2, 3, 5), (2, 3, 4), (2, 4, 5)], {"alpha": 3.0}),
+    (torch.baddbmm, [(3, 5), (2, 3, 4), (2, 4, 5)], {"beta": 2.0}),
+    (torch.addbmm, [(3, 5), (2, 3, 4), (2, 4, 5)], {}),
+    (torch.addbmm, [(5,), (2, 3, 4), (2, 4, 5)], {"beta": 0.25, "alpha": 0.5}),
+])
+def test_addmm_family(target, shapes, kwargs):
+    check(target, [randn(*s) for s in shapes], lambda xs: ((xs[0], xs[1], xs[2]), kwargs), min_grads=3)
+
+
+# ------------------------------------------------------------------ convolutions
+def _conv_case(target, x_shape, w_shape, bias, **kwargs):
+    inputs = [randn(*x_shape), randn(*w_shape)] + ([randn(bias)] if bias else [])
+
+    def make(xs):
+        return (xs[0], xs[1], xs[2] if bias else None), kwargs
+    return target, inputs, make
+
+
+CONV_CASES = {
+    "2d": _conv_case(F.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), 4),
+    "2d_stride_padding": _conv_case(F.conv2d, (2, 3, 9, 8), (4, 3, 3, 3), 4, stride=2, padding=1),
+    "2d_tuple_args": _conv_case(F.conv2d, (1, 2, 9, 8), (3, 2, 3, 2), 3, stride=(1, 2), padding=(2, 1),
+                                dilation=(1, 2)),
+    "2d_dilation": _conv_case(F.conv2d, (2, 3, 10, 10), (4, 3, 3, 3), 4, dilation=2),
+    "2d_groups": _conv_case(F.conv2d, (2, 6, 7, 7), (6, 2, 3, 3), 6, groups=3),
+    "2d_depthwise_no_bias": _conv_case(F.conv2d, (2, 4, 7, 7), (8, 1, 3, 3), None, groups=4),
+    "2d_no_bias": _conv_case(F.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), None),
+    "2d_same": _conv_case(F.conv2d, (2, 3, 8, 8), (4, 3, 3, 5), 4, padding="same"),
+    "2d_same_dilated": _conv_case(F.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), 4, padding="same", dilation=2),
+    "2d_same_uneven": _conv_case(F.conv2d, (2, 3, 8, 8), (4, 3, 4, 3), 4, padding="same"),
+    "2d_valid": _conv_case(F.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), 4, padding="valid"),
+    "2d_unbatched": _conv_case(F.conv2d, (3, 8, 8), (4, 3, 3, 3), 4, padding=1),
+    "torch_conv2d": _conv_case(torch.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), 4, stride=2),
+    "1d": _conv_case(F.conv1d, (2, 3, 12), (5, 3, 4), 5, stride=3, padding=2),
+    "1d_groups_same": _conv_case(F.conv1d, (2, 4, 12), (4, 2, 3), None, groups=2, padding="same"),
+    "3d": _conv_case(F.conv3d, (1, 2, 5, 6, 5), (3, 2, 2, 3, 2), 3, stride=(1, 2, 1), padding=1),
+    "transpose2d": _conv_case(F.conv_transpose2d, (2, 3, 5, 5), (3, 4, 3, 3), 4),
+    "transpose2d_stride_outpad": _conv_case(F.conv_transpose2d, (2, 3, 5, 5), (3, 4, 3, 3), 4, stride=2,
+                                            padding=1, output_padding=1),
+    "transpose2d_groups_dilation": _conv_case(F.conv_transpose2d, (2, 4, 5, 5), (4, 3, 3, 3), 6, groups=2,
+                                              dilation=2),
+    "transpose1d": _conv_case(F.conv_transpose1d, (2, 3, 7), (3, 2, 4), None, stride=3),
+    "transpose3d": _conv_case(F.conv_transpose3d, (1, 2, 3, 4, 3), (2, 3, 2, 2, 2), 3, stride=2,
+                              output_padding=(1, 0, 1)),
+    "transpose2d_unbatched": _conv_case(F.conv_transpose2d, (3, 5, 5), (3, 4, 3, 3), 4, stride=2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_convolution(case):
+    target, inputs, make = CONV_CASES[case]
+    check(target, inputs, make, atol=1e-4, rtol=1e-4, min_grads=len(inputs))
+
+
+def test_convolution_grads_only_what_is_needed():
+    """output_mask from needs_input_grad: the weight alone needs a gradient (a frozen-input conv)."""
+    target, inputs, make = CONV_CASES["2d"]
+    rules._NEEDS.append((False, True, False))
+    try:
+        built = check(target, inputs, make, atol=1e-4, rtol=1e-4)
+    finally:
+        rules._NEEDS.pop()
+    assert built.checked == [1]
+    backward = [n for n in built.graph.call_nodes() if n.target is torch.ops.aten.convolution_backward]
+    assert len(backward) == 1 and backward[0].args[-1] == [False, True, False]
+
+
+# ------------------------------------------------------------------------ pooling
+@pytest.mark.parametrize("target,shape,args,kwargs", [
+    (F.max_pool2d, (2, 3, 8, 8), (2,), {}),
+    (F.max_pool2d, (2, 3, 9, 8), (3, 2, 1), {}),
+    (F.max_pool2d, (2, 3, 9, 9), (3,), {"stride": 2, "ceil_mode": True}),
+    (F.max_pool2d, (1, 2, 10, 10), ((3, 2),), {"dilation": 2, "padding": 1}),
+    (F.max_pool2d, (3, 8, 8), (2,), {}),   # unbatched
+    (torch.max_pool2d, (2, 3, 8, 8), ([3, 3], [2, 2], [1, 1]), {}),
+    (F.avg_pool2d, (2, 3, 8, 8), (2,), {}),
+    (F.avg_pool2d, (2, 3, 9, 8), (3, 2, 1), {"ceil_mode": True, "count_include_pad": False}),
+    (F.avg_pool2d, (2, 3, 9, 8), (3,), {"padding": 1, "divisor_override": 5}),
+    (F.avg_pool3d, (1, 2, 6, 5, 6), (2,), {"stride": (1, 2, 2)}),
+    (F.adaptive_avg_pool2d, (2, 3, 9, 7), ((3, 5),), {}),
+    (F.adaptive_avg_pool2d, (2, 3, 9, 7), (1,), {}),
+    (F.adaptive_avg_pool3d, (1, 2, 5, 6, 7), ((2, 3, 4),), {}),
+])
+def test_pooling(target, shape, args, kwargs):
+    check(target, [randn(*shape)], lambda xs: ((xs[0], *args), kwargs))
+
+
+def test_max_pool2d_with_indices_reuses_the_forward_indices():
+    built = check(F.max_pool2d, [randn(2, 3, 8, 8)], lambda xs: ((xs[0], 2), {"return_indices": True}))
+    recomputed = [n for n in built.graph.call_nodes() if n.target is torch.ops.aten.max_pool2d_with_indices]
+    assert not recomputed
+
+
+# ---------------------------------------------------------------------- embedding
+@pytest.mark.parametrize("padding_idx", [None, 0, -1, 3])
+def test_embedding(padding_idx):
+    indices = torch.tensor([[0, 3, 3, 9], [9, 1, 0, 3]])
+    check(F.embedding, [indices, randn(10, 6)], lambda xs: ((xs[0], xs[1], padding_idx), {}))
+
+
+def test_embedding_fallbacks_and_torch_embedding():
+    indices = torch.tensor([2, 3, 3, 7, 2, 2])
+    check(F.embedding, [indices, randn(8, 4)], lambda xs: ((xs[0], xs[1]), {"scale_grad_by_freq": True}))
+    check(F.embedding, [indices, randn(8, 4)], lambda xs: ((xs[0], xs[1], None, 1.0), {}))   # max_norm
+    check(torch.embedding, [randn(8, 4), indices], lambda xs: ((xs[0], xs[1], 3), {}))
+    check(torch.embedding, [randn(8, 4), indices], lambda xs: ((xs[0], xs[1]), {}))
+
+
+# ---------------------------------------------------------------------- attention
+def _sdpa_case(q, k, v, mask=None, **kwargs):
+    inputs = [randn(*q), randn(*k), randn(*v)]
+    if mask is not None:
+        inputs.append(mask)
+
+    def make(xs):
+        return tuple(xs), kwargs
+    return inputs, make
+
+
+@pytest.mark.parametrize("case", [
+    _sdpa_case((2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8)),
+    _sdpa_case((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4), scale=0.3),
+    _sdpa_case((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8), is_causal=True),
+    _sdpa_case((2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8), mask=torch.rand(5, 5) > 0.3),
+    _sdpa_case((2, 3, 5, 8), (2, 3, 6, 8), (2, 3, 6, 8), mask=torch.randn(2, 1, 5, 6)),
+    _sdpa_case((4, 5, 8), (4, 6, 8), (4, 6, 8)),
+], ids=["plain", "scale_lengths", "causal", "bool_mask", "float_mask_grad", "3d"])
+def test_scaled_dot_product_attention(case):
+    inputs, make = case
+    check(F.scaled_dot_product_attention, inputs, make, atol=1e-4, rtol=1e-4, min_grads=3)
+
+
+def test_scaled_dot_product_attention_gqa_falls_back():
+    inputs, make = _sdpa_case((1, 4, 5, 8), (1, 2, 5, 8), (1, 2, 5, 8), enable_gqa=True)
+    check(F.scaled_dot_product_attention, inputs, make, atol=1e-4, rtol=1e-4, min_grads=3)
+
+
+def test_scaled_dot_product_attention_fully_masked_row_is_zero():
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[1] = False
+    inputs, make = _sdpa_case((1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8), mask=mask)
+    built = build(F.scaled_dot_product_attention, inputs, make)
+    for grad in built.graph.run(*built.inputs, *built.grads):
+        assert torch.isfinite(grad).all()
+
+
+# ------------------------------------------------------------ views and moves
+def test_to_dtype_sends_the_grad_back():
+    check(T.to, [randn(3, 4)], pos(0, torch.float64))
+    check(T.to, [randn(3, 4, dtype=torch.float64)], lambda xs: ((xs[0],), {"dtype": torch.float32}))
+
+
+@pytest.mark.parametrize("start", [1, -4, 0])
+def test_narrow_with_runtime_start(start):
+    check(torch.narrow, [randn(4, 7, 3), start], pos(0, C(1), 1, C(3)))
+
+
+def test_view_as_dtype_has_no_gradient():
+    built = build(T.view, [randn(4, 6)], pos(0, torch.int32))
+    assert built.checked == []
+
+
+# ------------------------------------------------------------- generic fallback
+def _grid():
+    return torch.rand(2, 4, 5, 2) * 2 - 1
+
+
+FALLBACK_CASES = {
+    "sort": (torch.sort, [randn(3, 7)], pos(0, C(1))),
+    "sort_descending": (torch.sort, [randn(3, 7)], lambda xs: ((xs[0],), {"dim": 0, "descending": True})),
+    "topk": (torch.topk, [randn(4, 9)], pos(0, C(3))),
+    "kthvalue": (torch.kthvalue, [randn(4, 9)], pos(0, C(2), C(1))),
+    "cummax": (torch.cummax, [randn(4, 9)], pos(0, C(1))),
+    "interpolate_bilinear": (F.interpolate, [randn(2, 3, 5, 4)],
+                             lambda xs: ((xs[0],), {"scale_factor": 2.0, "mode": "bilinear", "align_corners": False})),
+    "cumprod": (torch.cumprod, [randn(3, 6)], pos(0, C(1))),
+    "logsumexp": (torch.logsumexp, [randn(3, 6)], pos(0, C(1))),
+    "grid_sample": (F.grid_sample, [randn(2, 3, 6, 7), _grid()], lambda xs: ((xs[0], xs[1]), {"align_corners": True})),
+    "norm": (torch.norm, [randn(3, 6)], pos(0, C(2), C(1))),
+    "max_pool1d": (F.max_pool1d, [randn(2, 3, 9)], pos(0, C(3))),
+    "avg_pool1d": (F.avg_pool1d, [randn(2, 3, 9)], pos(0, C(3))),
+    "index_put_bool": (torch.index_put, [randn(4, 5), torch.rand(4, 5) > 0.5, randn(())],
+                       lambda xs: ((xs[0], (xs[1],), xs[2]), {})),
+    "cross_entropy": (F.cross_entropy, [randn(4, 6), torch.tensor([0, 5, 2, 2])], pos(0, 1)),
+    "cdist": (torch.cdist, [randn(2, 5, 3), randn(2, 4, 3)], pos(0, 1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FALLBACK_CASES))
+def test_generic_fallback(case):
+    target, inputs, make = FALLBACK_CASES[case]
+    assert target not in rules.EXTERN_RULES
+    check(target, inputs, make, atol=1e-4, rtol=1e-4)
+
+
+def test_generic_fallback_grad_of_a_list_argument():
+    """torch.stack-like: a list of tensors gets a list of gradients."""
+    def make(xs):
+        return ((list(xs), C(1).value), {})
+    built = check(torch.stack, [randn(3, 4), randn(3, 4), randn(3, 4)], make, min_grads=3)
+    assert built.checked == [0, 1, 2]
+
+
+def test_generic_fallback_eager_getitem_with_a_mask():
+    from ember.prims.decompositions.indexing import _eager_getitem
+    x, mask = randn(4, 5), torch.rand(4, 5) > 0.4
+    count = int(mask.sum())
+    check(_eager_getitem, [x, mask], pos(0, 1), out_meta=TensorMeta((count,), (1,), x.dtype, x.device))
+
+
+def test_generic_fallback_is_one_extern_with_contiguous_metas():
+    built = build(torch.cumprod, [randn(5, 3).t()], pos(0, C(0)))
+    helpers = [n for n in built.graph.call_nodes() if isinstance(n.target, extern_rules.AutogradBackward)]
+    assert len(helpers) == 1
+    (meta,) = helpers[0].meta
+    assert meta.shape == (3, 5) and meta.stride == (5, 1)
+    (grad,) = built.graph.run(*built.inputs, *built.grads)
+    assert grad.is_contiguous()
+
+
+def test_generic_fallback_respects_needs_input_grad():
+    rules._NEEDS.append((False, True))
+    try:
+        built = check(torch.cdist, [randn(2, 5, 3), randn(2, 4, 3)], pos(0, 1), atol=1e-4, rtol=1e-4)
+    finally:
+        rules._NEEDS.pop()
+    assert built.checked == [1]
+
+
+def test_generic_fallback_unused_input_gets_zeros():
+    # where's `other` is only read where cond is False: an all-True cond leaves it unused by autograd
+    # (a zero gradient, not None)
+    cond = torch.ones(3, 4, dtype=torch.bool)
+    built = check(torch.where, [cond, randn(3, 4), randn(3, 4)], pos(0, 1, 2), min_grads=2)
+    (_, grad_other) = built.graph.run(*built.inputs, *built.grads)
+    assert torch.equal(grad_other, torch.zeros(3, 4))
+
+
+def test_rule_for_and_rerun_is_exact():
+    assert rule_for(torch.mm) is rules.EXTERN_RULES[torch.mm]
+    assert rule_for(torch.cumprod).__name__ == "autograd_vjp_cumprod"
+    for random in (F.dropout, torch.bernoulli, torch.rand_like, F.rrelu, torch.randn_like, T.normal_):
+        assert not rerun_is_exact(random)
+    for fixed in (torch.mm, torch.sort, F.conv2d, F.interpolate):
+        assert rerun_is_exact(fixed)
+    assert not rerun_is_exact(F.scaled_dot_product_attention, (1, 2, 3, None, 0.1))
+    assert rerun_is_exact(F.scaled_dot_product_attention, (1, 2, 3))
+    assert autograd_vjp(torch.sort).__name__ == "autograd_vjp_sort"
+
+
+def test_low_precision_matmul_and_conv_keep_dtypes():
+    check(torch.matmul, [randn(2, 3, 8, dtype=torch.bfloat16), randn(8, 4, dtype=torch.bfloat16)], pos(0, 1),
+          atol=2e-2, rtol=2e-2, min_grads=2)
+    check(F.conv2d, [randn(1, 2, 6, 6, dtype=torch.bfloat16), randn(3, 2, 3, 3, dtype=torch.bfloat16),
+                     randn(3, dtype=torch.bfloat16)], pos(0, 1, 2), atol=5e-2, rtol=5e-2, min_grads=3)
+
+
+# ----------------------------------------------------------------- compiled
+@pytest.mark.parametrize("case", ["mm", "linear3d", "matmul_broadcast", "conv2d", "topk", "max_pool2d",
+                                  "sort", "sdpa"])
+def test_compiled_backward(case):
+    cases = {
+        "mm": (torch.mm, [randn(6, 4), randn(4, 5)], pos(0, 1)),
+        "linear3d": (F.linear, [randn(2, 3, 5), randn(4, 5), randn(4)], pos(0, 1, 2)),
+        "matmul_broadcast": (torch.matmul, [randn(2, 1, 3, 4), randn(5, 4, 2)], pos(0, 1)),
+        "conv2d": (F.conv2d, [randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4)], pos(0, 1, 2, C(2), C(1))),
+        "topk": (torch.topk, [randn(4, 9)], pos(0, C(3))),
+        "max_pool2d": (F.max_pool2d, [randn(2, 3, 8, 8)], pos(0, C(3), C(2), C(1))),
+        "sort": (torch.sort, [randn(3, 7)], pos(0, C(1))),
+        "sdpa": (F.scaled_dot_product_attention, [randn(2, 2, 5, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8)],
+                 lambda xs: (tuple(xs), {"is_causal": True})),
+    }
+    target, inputs, make = cases[case]
+    check(target, inputs, make, atol=1e-4, rtol=1e-4, compiled=True)
