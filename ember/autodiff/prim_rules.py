@@ -476,7 +476,7 @@ def cumsum_vjp(grad: Value, out: Value, x: Value, dim: int) -> tuple[Grad, None]
     """A reversed cumsum: flip, cumsum, flip (flips are `index` with a descending iota)."""
     if not _differentiable(x):
         return None, None
-    if grad.ndim == 0 or grad.shape[dim] <= 1:
+    if grad.ndim == 0 or (isinstance(grad.shape[dim], int) and grad.shape[dim] <= 1):
         return grad, None
     return _flip(emit(P.cumsum, _flip(grad, dim), dim), dim), None
 

@@ -46,7 +46,7 @@ def build_rule_graph(prim: P.Prim, args: list, grads_wanted: tuple[bool, ...] | 
             if not want:
                 grad_values.append(None)
                 continue
-            t = torch.randn(o.shape, dtype=torch.float32).to(o.dtype)
+            t = torch.randn(o.shape, dtype=torch.float32).to(o.dtype).to(o.device)
             grad_tensors.append(t)
             grad_values.append(Value(g.placeholder(f"grad{len(grad_tensors)}", TensorMeta.of(t)), TensorMeta.of(t)))
         grad = tuple(grad_values) if isinstance(out, tuple) else grad_values[0]
@@ -92,10 +92,11 @@ def expected_grads(prim: P.Prim, args: list, grad_tensors: list, grads_wanted=No
 
 
 def check_rule(name: str, args: list, grads_wanted=None, compile: bool = False, reference=None,
-               **tolerance: Any) -> None:
+               device: str = "cpu", **tolerance: Any) -> None:
     """The rule's gradients equal autograd's of the prim's reference (or of `reference`, an
     equivalent function where eager's own derivative fails)."""
     prim = P.get(name)
+    args = tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, args)
     tolerance = tolerance or (BF16_TOL if any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16
                                               for t in tree_leaves(args)) else FP32_TOL)
     g, grad_tensors, pairs = build_rule_graph(prim, args, grads_wanted)
@@ -103,7 +104,9 @@ def check_rule(name: str, args: list, grads_wanted=None, compile: bool = False, 
     leaves = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
     if compile:
         from ember.backend import compile_graph
-        actual = list(compile_graph(g, [*leaves, *grad_tensors], {"fallback": "error"})(*leaves, *grad_tensors))
+        compiled = compile_graph(g, [*leaves, *grad_tensors], {"fallback": "error"})
+        assert getattr(compiled, "kind", "kernels") == "kernels", getattr(compiled, "eager_reason", "")
+        actual = list(compiled(*leaves, *grad_tensors))
     else:
         actual = list(g.run(*leaves, *grad_tensors))
     for (tensor, value), want in zip(pairs, expected):
@@ -190,6 +193,13 @@ def test_unary(name):
 @pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "sqrt", "log", "sin", "abs", "erf"])
 def test_unary_bf16(name):
     check_rule(name, [_unary_input(name).abs().add(0.1).to(torch.bfloat16)])
+
+
+@pytest.mark.parametrize("name,args", [("sum", [(1,)]), ("amax", [(0, 1)]), ("var_mean", [(1,), 1]),
+                                       ("cumsum", [1]), ("prod", [(1,)]), ("expand", [(4, 6)])])
+def test_reductions_bf16(name, args):
+    x = _ties() if name != "expand" else torch.randn(4, 1)
+    check_rule(name, [x.to(torch.bfloat16), *args])
 
 
 def test_unary_on_integers_gets_no_gradient():
@@ -466,9 +476,18 @@ COMPILED = {
     "maximum": lambda: list(_binary_inputs("maximum")),
     "index": lambda: [torch.randn(5, 3), [torch.tensor([0, 2, 2, 4])]],
     "constant_pad": lambda: [torch.randn(2, 4, 5), [1, -2, -1, 0], 0.0],
+    "as_strided": lambda: [torch.randn(5, 6).t(), (3, 2), (1, 6), 1],
+    "prod": lambda: [_with_zeros([0, 1, 2]), (1,)],
+    "scatter": lambda: [torch.randn(4, 6), 1, torch.stack([torch.randperm(6)[:3] for _ in range(2)]),
+                        torch.randn(2, 3)],
+    "index_put": lambda: [torch.randn(5, 4), [torch.tensor([0, 3, 1])], torch.randn(4), False],
+    "lgamma": lambda: [_unary_input("lgamma")],     # digamma is an Extern
+    "pow": lambda: list(_binary_inputs("pow")),
 }
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(COMPILED))
-def test_compiled(name):
-    check_rule(name, COMPILED[name](), compile=True, rtol=1e-5, atol=1e-5)
+def test_compiled(name, device):
+    check_rule(name, COMPILED[name](), compile=True, device=device, rtol=1e-5, atol=1e-5)
