@@ -12,6 +12,7 @@ which ones draw random numbers (the joint builder refuses to differentiate those
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import math
@@ -61,8 +62,14 @@ def _differentiable(value: Any) -> bool:
     return is_tensor(value) and (value.dtype.is_floating_point or value.dtype.is_complex)
 
 
+@functools.cache
 def _signature(stub: Callable) -> inspect.Signature:
+    """The parameters of a torch callable, read from a stub with the same signature (builtins
+    such as F.conv2d have none that inspect can read)."""
     return inspect.signature(stub)
+
+
+def _binary(a, b): ...  # noqa: E704  (mm, bmm, matmul)
 
 
 def _unique(*targets: Any) -> list[Any]:
@@ -114,14 +121,14 @@ def _fallback(target: Any, grad: Any, out: Any, args: tuple, kwargs: dict) -> tu
 # ------------------------------------------------------------------------ matmuls
 @extern_vjp_rule(*_unique(torch.mm, T.mm))
 def mm_vjp(grad: Value, out: Value, a: Value, b: Value) -> tuple:
-    call = _Call(_signature(lambda a, b: None), (a, b), {})
+    call = _Call(_signature(_binary), (a, b), {})
     return (ops.extern(torch.mm, grad, _t(b)) if call.needs("a") else None,
             ops.extern(torch.mm, _t(a), grad) if call.needs("b") else None)
 
 
 @extern_vjp_rule(*_unique(torch.bmm, T.bmm))
 def bmm_vjp(grad: Value, out: Value, a: Value, b: Value) -> tuple:
-    call = _Call(_signature(lambda a, b: None), (a, b), {})
+    call = _Call(_signature(_binary), (a, b), {})
     return (ops.extern(torch.bmm, grad, _t(b)) if call.needs("a") else None,
             ops.extern(torch.bmm, _t(a), grad) if call.needs("b") else None)
 
@@ -140,7 +147,7 @@ def _matmul_grads(grad: Value, a: Value, b: Value, need_a: bool, need_b: bool) -
 
 @extern_vjp_rule(*_unique(torch.matmul, T.matmul, T.__matmul__))
 def matmul_vjp(grad: Value, out: Value, a: Value, b: Value) -> tuple:
-    call = _Call(_signature(lambda a, b: None), (a, b), {})
+    call = _Call(_signature(_binary), (a, b), {})
     return _matmul_grads(grad, a, b, call.needs("a"), call.needs("b"))
 
 

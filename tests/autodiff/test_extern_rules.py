@@ -44,14 +44,22 @@ class Built:
         self.graph, self.inputs, self.grads, self.checked = graph, inputs, grads, checked
 
 
+def _input(graph: Graph, name: str, example: object) -> Value:
+    """A tensor placeholder, or a runtime Python scalar (its example tells to_primitives its type)."""
+    if isinstance(example, torch.Tensor):
+        return Value(graph.placeholder(name, TensorMeta.of(example)), TensorMeta.of(example))
+    node = graph.placeholder(name, None)
+    node.extra["example_value"] = example
+    return Value(node, None, pytype=type(example))
+
+
 def build(target, inputs, make_args, seed: int = 0, out_meta: TensorMeta | None = None) -> Built:
     """Forward Extern + rule; `make_args(xs)` places the inputs (Values) among constants.
     `out_meta` gives the forward's meta where the meta device cannot (data-dependent shapes)."""
     torch.manual_seed(seed)
     graph = Graph()
     with building(Emitter(graph)):
-        xs = [Value(graph.placeholder(f"x{i}", TensorMeta.of(t)), TensorMeta.of(t)) if isinstance(t, torch.Tensor)
-              else Value(graph.placeholder(f"x{i}", None), None, pytype=type(t)) for i, t in enumerate(inputs)]
+        xs = [_input(graph, f"x{i}", t) for i, t in enumerate(inputs)]
         args, kwargs = make_args(xs)
         out = emit(target, *args, **kwargs) if out_meta is None else emit_with_meta(target, out_meta, args, kwargs)
         outs = out if isinstance(out, tuple) else (out,)
@@ -315,6 +323,27 @@ def test_narrow_with_runtime_start(start):
     check(torch.narrow, [randn(4, 7, 3), start], pos(0, C(1), 1, C(3)))
 
 
+def test_narrow_compiled():
+    check(torch.narrow, [randn(4, 7, 3), -5], pos(0, C(1), 1, C(2)), compiled=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a second device")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_to_another_device_sends_the_grad_back(compiled):
+    x = randn(3, 4)
+    out_meta = TensorMeta((3, 4), (4, 1), torch.float32, torch.device("cuda", 0))
+    built = build(T.to, [x], pos(0, torch.device("cuda", 0)), out_meta=out_meta)
+    assert built.checked == [0]
+    grad = built.grads[0].cuda()
+    if compiled:
+        from ember.backend import compile_graph
+        (result,) = compile_graph(built.graph, [x, grad], {"fallback": "error"})(x, grad)
+    else:
+        (result,) = built.graph.run(x, grad)
+    assert result.device == x.device
+    torch.testing.assert_close(result, grad.cpu())
+
+
 def test_view_as_dtype_has_no_gradient():
     built = build(T.view, [randn(4, 6)], pos(0, torch.int32))
     assert built.checked == []
@@ -343,6 +372,9 @@ FALLBACK_CASES = {
                        lambda xs: ((xs[0], (xs[1],), xs[2]), {})),
     "cross_entropy": (F.cross_entropy, [randn(4, 6), torch.tensor([0, 5, 2, 2])], pos(0, 1)),
     "cdist": (torch.cdist, [randn(2, 5, 3), randn(2, 4, 3)], pos(0, 1)),
+    "pad_reflect": (F.pad, [randn(2, 3, 5)], pos(0, (2, 1), "reflect")),
+    "scatter_reduce_amax": (torch.scatter_reduce, [randn(3, 5), torch.tensor([[0, 1, 2], [2, 0, 0]]), randn(2, 3)],
+                            lambda xs: ((xs[0], 0, xs[1], xs[2], "amax"), {"include_self": False})),
 }
 
 
@@ -366,6 +398,14 @@ def test_generic_fallback_eager_getitem_with_a_mask():
     x, mask = randn(4, 5), torch.rand(4, 5) > 0.4
     count = int(mask.sum())
     check(_eager_getitem, [x, mask], pos(0, 1), out_meta=TensorMeta((count,), (1,), x.dtype, x.device))
+
+
+def test_generic_fallback_functional_setitem():
+    """x[mask] = value run eagerly: both x (where not overwritten) and value get gradients."""
+    from ember.prims.decompositions.indexing import _functional_setitem
+    x, mask, value = randn(4, 5), torch.rand(4, 5) > 0.4, randn(())
+    built = check(_functional_setitem, [x, mask, value], pos(0, 1, 2), min_grads=2)
+    assert built.checked == [0, 2]
 
 
 def test_generic_fallback_is_one_extern_with_contiguous_metas():
