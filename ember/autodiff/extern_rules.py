@@ -69,7 +69,7 @@ def _signature(stub: Callable) -> inspect.Signature:
     return inspect.signature(stub)
 
 
-def _binary(a, b): ...  # noqa: E704  (mm, bmm, matmul)
+def _binary(input, other): ...  # noqa: E704  (mm, bmm, matmul; names as the builder's kwargs see them)
 
 
 def _unique(*targets: Any) -> list[Any]:
@@ -119,18 +119,24 @@ def _fallback(target: Any, grad: Any, out: Any, args: tuple, kwargs: dict) -> tu
 
 
 # ------------------------------------------------------------------------ matmuls
-@extern_vjp_rule(*_unique(torch.mm, T.mm))
-def mm_vjp(grad: Value, out: Value, a: Value, b: Value) -> tuple:
-    call = _Call(_signature(_binary), (a, b), {})
-    return (ops.extern(torch.mm, grad, _t(b)) if call.needs("a") else None,
-            ops.extern(torch.mm, _t(a), grad) if call.needs("b") else None)
+def _product_vjp(product: Any) -> Callable[..., tuple]:
+    """mm / bmm: d(a @ b) = grad @ b^T for a, a^T @ grad for b."""
+    def rule(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
+        call = _Call(_signature(_binary), args, _binary_kwargs(kwargs))
+        a, b = call["input"], call["other"]
+        return call.result(input=ops.extern(product, grad, _t(b)) if call.needs("input") else None,
+                           other=ops.extern(product, _t(a), grad) if call.needs("other") else None)
+    rule.__name__ = f"{product.__name__}_vjp"
+    return rule
 
 
-@extern_vjp_rule(*_unique(torch.bmm, T.bmm))
-def bmm_vjp(grad: Value, out: Value, a: Value, b: Value) -> tuple:
-    call = _Call(_signature(_binary), (a, b), {})
-    return (ops.extern(torch.bmm, grad, _t(b)) if call.needs("a") else None,
-            ops.extern(torch.bmm, _t(a), grad) if call.needs("b") else None)
+def _binary_kwargs(kwargs: dict) -> dict:
+    """torch.mm's second operand is `mat2`, matmul's `other`."""
+    return {("other" if k == "mat2" else k): v for k, v in kwargs.items()}
+
+
+mm_vjp = extern_vjp_rule(*_unique(torch.mm, T.mm))(_product_vjp(torch.mm))
+bmm_vjp = extern_vjp_rule(*_unique(torch.bmm, T.bmm))(_product_vjp(torch.bmm))
 
 
 def _matmul_grads(grad: Value, a: Value, b: Value, need_a: bool, need_b: bool) -> tuple:
@@ -146,9 +152,10 @@ def _matmul_grads(grad: Value, a: Value, b: Value, need_a: bool, need_b: bool) -
 
 
 @extern_vjp_rule(*_unique(torch.matmul, T.matmul, T.__matmul__))
-def matmul_vjp(grad: Value, out: Value, a: Value, b: Value) -> tuple:
-    call = _Call(_signature(_binary), (a, b), {})
-    return _matmul_grads(grad, a, b, call.needs("a"), call.needs("b"))
+def matmul_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
+    call = _Call(_signature(_binary), args, kwargs)
+    grad_a, grad_b = _matmul_grads(grad, call["input"], call["other"], call.needs("input"), call.needs("other"))
+    return call.result(input=grad_a, other=grad_b)
 
 
 def _linear(input, weight, bias=None): ...  # noqa: E704  (F.linear's signature)

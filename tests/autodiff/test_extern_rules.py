@@ -67,7 +67,7 @@ def build(target, inputs, make_args, seed: int = 0, out_meta: TensorMeta | None 
         for i, o in enumerate(outs):
             if o.dtype.is_floating_point:
                 grad_values.append(Value(graph.placeholder(f"grad{i}", o.meta), o.meta))
-                grad_tensors.append(torch.randn(o.shape, dtype=o.dtype))
+                grad_tensors.append(torch.randn(o.shape, dtype=o.dtype, device=o.device))
             else:
                 grad_values.append(None)
         grad = tuple(grad_values) if isinstance(out, tuple) else grad_values[0]
@@ -456,10 +456,10 @@ def test_low_precision_matmul_and_conv_keep_dtypes():
 
 
 # ----------------------------------------------------------------- compiled
-@pytest.mark.parametrize("case", ["mm", "linear3d", "matmul_broadcast", "conv2d", "topk", "max_pool2d",
-                                  "sort", "sdpa"])
-def test_compiled_backward(case):
-    cases = {
+def _compiled_cases(device: str) -> dict:
+    def randn(*shape):
+        return torch.randn(*shape, device=device)
+    return {
         "mm": (torch.mm, [randn(6, 4), randn(4, 5)], pos(0, 1)),
         "linear3d": (F.linear, [randn(2, 3, 5), randn(4, 5), randn(4)], pos(0, 1, 2)),
         "matmul_broadcast": (torch.matmul, [randn(2, 1, 3, 4), randn(5, 4, 2)], pos(0, 1)),
@@ -470,5 +470,24 @@ def test_compiled_backward(case):
         "sdpa": (F.scaled_dot_product_attention, [randn(2, 2, 5, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8)],
                  lambda xs: (tuple(xs), {"is_causal": True})),
     }
-    target, inputs, make = cases[case]
+
+
+COMPILED = ["mm", "linear3d", "matmul_broadcast", "conv2d", "topk", "max_pool2d", "sort", "sdpa"]
+
+
+@pytest.mark.parametrize("case", COMPILED)
+def test_compiled_backward(case):
+    target, inputs, make = _compiled_cases("cpu")[case]
     check(target, inputs, make, atol=1e-4, rtol=1e-4, compiled=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("case", COMPILED)
+def test_compiled_backward_cuda(case):
+    target, inputs, make = _compiled_cases("cuda")[case]
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False   # fp32 to compare
+    try:
+        check(target, inputs, make, atol=1e-4, rtol=1e-4, compiled=True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
