@@ -216,7 +216,10 @@ def fmod_vjp(grad: Value, out: Value, a: Any, b: Any) -> tuple[Grad, Grad]:
 
 @vjp_rule("pow")
 def pow_vjp(grad: Value, out: Value, a: Any, b: Any) -> tuple[Grad, Grad]:
-    return _grad_for(a, _pow_base_grad, grad, a, b), _grad_for(b, _pow_exponent_grad, grad, out, a, b)
+    # a runtime scalar (a Value without a tensor meta) cannot be tested for 0 here: make it a tensor
+    a_, b_ = (ops.full(out.shape, v, out.dtype, out.device) if isinstance(v, Value) and not v.is_tensor else v
+              for v in (a, b))
+    return _grad_for(a, _pow_base_grad, grad, a_, b_), _grad_for(b, _pow_exponent_grad, grad, out, a_, b_)
 
 
 def _pow_base_grad(g: Value, a: Value, b: Any) -> Value:

@@ -264,6 +264,32 @@ def test_binary_scalar_first(name, scalar):
     check_rule(name, [scalar, b])
 
 
+@pytest.mark.parametrize("name", ["pow", "mul", "maximum", "copysign"])
+@pytest.mark.parametrize("scalar", [0.0, 2.0])
+@pytest.mark.parametrize("scalar_first", [False, True])
+def test_binary_runtime_scalar(name, scalar, scalar_first):
+    """A runtime Python scalar operand (a graph input, not a constant) gets no gradient."""
+    x = _binary_inputs(name)[0 if not scalar_first else 1]
+    x[0, :2] = scalar
+    if scalar_first and name in ("copysign",):
+        pytest.skip("copysign's magnitude operand is a tensor")
+    g = Graph()
+    with building(Emitter(g)):
+        tensor = Value(g.placeholder("x", TensorMeta.of(x)), TensorMeta.of(x))
+        number = Value(g.placeholder("s", None), None, float)
+        operands = (number, tensor) if scalar_first else (tensor, number)
+        out = emit(P.get(name), *operands)
+        grad = torch.randn(x.shape)
+        grads = PRIM_RULES[name](Value(g.placeholder("grad", TensorMeta.of(grad)), TensorMeta.of(grad)), out, *operands)
+        assert grads[0 if scalar_first else 1] is None
+        g.output([grads[1 if scalar_first else 0].node])
+    (actual,) = g.run(x, scalar, grad)
+    leaf = x.clone().requires_grad_()
+    ref = P.get(name).reference(*((scalar, leaf) if scalar_first else (leaf, scalar)))
+    (expected,) = torch.autograd.grad(ref, leaf, grad)
+    torch.testing.assert_close(actual, expected, equal_nan=True, **FP32_TOL)
+
+
 @pytest.mark.parametrize("name", ["mul", "div", "pow", "maximum", "atan2", "sub"])
 def test_binary_bf16(name):
     a, b = _binary_inputs(name)
