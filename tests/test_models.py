@@ -89,8 +89,17 @@ def test_training_gradients_match_eager(name, backend):
     for _ in range(2):  # the second step runs the cached entry (ember backend: eager until autodiff lands)
         model.zero_grad(set_to_none=True)
         eager_model.zero_grad(set_to_none=True)
-        compiled(*inputs).float().pow(2).mean().backward()
-        eager_model(*inputs).float().pow(2).mean().backward()
+        # a fixed random projection, not out.pow(2).mean(): through a final LayerNorm (bert_layer)
+        # that loss is constant and every gradient before the norm is rounding noise
+        out = compiled(*inputs).float()
+        projection = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        (out * projection).sum().backward()
+        (eager_model(*inputs).float() * projection).sum().backward()
+        # a gradient that is zero in exact arithmetic (BERT's key bias: softmax ignores a shift)
+        # is rounding noise in both: measure every error against the largest gradient's scale
+        scale = max(p.grad.abs().max().item() for p in eager_model.parameters())
         for (param_name, ours), theirs in zip(model.named_parameters(), eager_model.parameters()):
             assert ours.grad is not None, f"{name}: no gradient for {param_name}"
-            assert_close(ours.grad, theirs.grad, f"{name} grad {param_name}")
+            error = (ours.grad.double() - theirs.grad.double()).abs().max().item() / \
+                max(theirs.grad.abs().max().item(), 1e-2 * scale)
+            assert error < MAX_RELATIVE_ERROR, f"{name} grad {param_name}: relative error {error:.2e}"
