@@ -471,10 +471,19 @@ def _compiled_cases(device: str) -> dict:
         "sort": (torch.sort, [randn(3, 7)], pos(0, C(1))),
         "sdpa": (F.scaled_dot_product_attention, [randn(2, 2, 5, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8)],
                  lambda xs: (tuple(xs), {"is_causal": True})),
+        "sdpa_bool_mask": (F.scaled_dot_product_attention,
+                           [randn(2, 2, 5, 8), randn(2, 2, 5, 8), randn(2, 2, 5, 8),
+                            torch.rand(5, 5, device=device) > 0.3], pos(0, 1, 2, 3)),
+        "conv_transpose2d": (F.conv_transpose2d, [randn(2, 3, 5, 5), randn(3, 4, 3, 3), randn(4)],
+                             pos(0, 1, 2, C(2), C(1), C(1))),
+        "avg_pool2d": (F.avg_pool2d, [randn(2, 3, 9, 8)], pos(0, C(3), C(2), C(1))),
+        "embedding": (F.embedding, [torch.tensor([[0, 3, 3], [9, 1, 0]], device=device), randn(10, 6)],
+                      pos(0, 1, C(1))),
     }
 
 
-COMPILED = ["mm", "linear3d", "matmul_broadcast", "conv2d", "topk", "max_pool2d", "sort", "sdpa"]
+COMPILED = ["mm", "linear3d", "matmul_broadcast", "conv2d", "topk", "max_pool2d", "sort", "sdpa", "sdpa_bool_mask",
+            "conv_transpose2d", "avg_pool2d", "embedding"]
 
 
 @pytest.mark.parametrize("case", COMPILED)
