@@ -19,7 +19,7 @@ import operator
 from typing import Any
 
 from ember.autodiff import rules
-from ember.autodiff.extern_rules import rerun_is_exact, rule_for
+from ember.autodiff.extern_rules import autograd_vjp, rerun_is_exact, rule_for
 from ember.autodiff import prim_rules  # noqa: F401  (fills the registry)
 from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, contiguous_strides, target_name
@@ -138,10 +138,13 @@ def _backpropagate(graph: Graph, node: Node, grad: Any, grads: dict[Node, Any], 
             raise CompileError(f"no VJP rule for {target.qualified_name}", stage="autodiff",
                                op=target.qualified_name, source_line=node.source_line or "")
     else:
-        if not rerun_is_exact(target):
+        if not rerun_is_exact(target, node.args, node.kwargs):
             raise CompileError(f"{target_name(target)} draws random numbers and has no VJP rule",
                                stage="autodiff", op=target_name(target), source_line=node.source_line or "")
         rule = rule_for(target)
+    if any(_arg_needs(v, needs) for v in node.kwargs.values()):
+        _backpropagate_keywords(graph, node, grad, grads, needs)
+        return
     args = _values(node.args)
     kwargs = _values(node.kwargs)
     out = _output_values(graph, node, grad)
@@ -155,12 +158,46 @@ def _backpropagate(graph: Graph, node: Node, grad: Any, grads: dict[Node, Any], 
     if len(arg_grads) != len(node.args):
         raise CompileError(f"VJP rule of {target_name(target)} returned {len(arg_grads)} gradients for "
                            f"{len(node.args)} arguments", stage="autodiff", op=target_name(target))
-    for arg, arg_grad in zip(node.args, arg_grads):
+    _accumulate_inputs(grads, node.args, arg_grads, needs, node)
+
+
+class _KeywordsLast:
+    """``target`` with its keyword arguments passed positionally after the others, so that the
+    generic autograd rule differentiates them too (rules give gradients to positional ones only)."""
+
+    def __init__(self, target: Any, count: int, keys: tuple[str, ...]) -> None:
+        self.target, self.count, self.keys = target, count, keys
+        self.__name__ = target_name(target)
+
+    def __call__(self, *values: Any) -> Any:
+        return self.target(*values[:self.count], **dict(zip(self.keys, values[self.count:])))
+
+
+def _backpropagate_keywords(graph: Graph, node: Node, grad: Any, grads: dict[Node, Any],
+                            needs: dict[Node, bool]) -> None:
+    """An Extern with a keyword tensor that needs a gradient (``F.conv2d(x, w, bias=b)``)."""
+    if isinstance(node.target, Prim):
+        raise CompileError(f"{node.target.qualified_name} takes a tensor by keyword", stage="autodiff")
+    keys = tuple(node.kwargs)
+    positional = (*node.args, *node.kwargs.values())
+    call = _KeywordsLast(node.target, len(node.args), keys)
+    rules._NEEDS.append(tuple(_arg_needs(a, needs) for a in positional))
+    try:
+        arg_grads = autograd_vjp(call)(tuple(grad) if isinstance(grad, list) else grad,
+                                       _output_values(graph, node, grad), *_values(positional))
+    finally:
+        rules._NEEDS.pop()
+    _accumulate_inputs(grads, positional, arg_grads, needs, node)
+
+
+def _accumulate_inputs(grads: dict[Node, Any], args: tuple, arg_grads: tuple, needs: dict[Node, bool],
+                       user: Node) -> None:
+    for arg, arg_grad in zip(args, arg_grads):
         if isinstance(arg, (list, tuple)) and isinstance(arg_grad, (list, tuple)):
             for item, item_grad in zip(arg, arg_grad):
-                _accumulate_input(grads, item, item_grad, needs, node)
+                _accumulate_input(grads, item, item_grad, needs, user)
         else:
-            _accumulate_input(grads, arg, arg_grad, needs, node)
+            _accumulate_input(grads, arg, arg_grad, needs, user)
 
 
 def _accumulate_input(grads: dict[Node, Any], arg: Any, grad: Any, needs: dict[Node, bool], user: Node) -> None:

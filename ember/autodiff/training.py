@@ -184,6 +184,9 @@ def _apply_output_aliases(results: list[Any], inputs: tuple, extra: dict, alias_
         if source[0] == "view":
             _, base, shape, stride, offset = source
             results[index] = results[base].as_strided(shape, stride, results[base].storage_offset() + offset)
+    for index in extra.get("detached_outputs", ()):
+        if index in sources and sources[index][0] in ("input_view", "view"):
+            results[index] = results[index].detach()
     for index in sorted(sources):
         if sources[index][0] == "output":
             results[index] = results[sources[index][1]]

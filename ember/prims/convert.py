@@ -415,6 +415,11 @@ class _Converter:
         self.new.extra["mutated_inputs"] = mutated
         self.new.extra["output_aliases"] = aliases
         self.new.extra["output_sources"] = sources
+        # views made by the wrapper that eager detached (a view of a value computed under no_grad)
+        self.new.extra["detached_outputs"] = [
+            index for index, item in enumerate(node.args[0])
+            if isinstance(item, Node) and isinstance(self.env[item], F.Alias) and
+            any(isinstance(step, F.ViewStep) and step.prim is P_detach for step in self.env[item].steps)]
         self.new.extra["_argument_inputs"] = [i for i, p in enumerate(self.new.placeholders)
                                               if _is_argument(p.extra.get("source"))]
 
