@@ -14,3 +14,7 @@ cache_dir: str = os.environ.get("EMBER_CACHE_DIR") or os.path.join(
 def kernel_cache_dir() -> str:
     """The cache directory as set now (EMBER_CACHE_DIR is re-read, as the bench harness sets it per run)."""
     return os.environ.get("EMBER_CACHE_DIR") or cache_dir
+
+# training graphs: recompute cheap pointwise chains in the backward instead of saving them
+# (EMBER_RECOMPUTE=0 saves every value the backward reads: more memory, no recomputation)
+recompute: bool = os.environ.get("EMBER_RECOMPUTE", "1") != "0"

@@ -23,6 +23,7 @@ import dataclasses
 import operator
 from typing import Any
 
+from ember import config
 from ember.autodiff.joint import Joint
 from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, tree_map
@@ -78,12 +79,16 @@ def _read_by(backward_only: set[Node], grad_outputs: list[Any], primal: set[Node
 
 
 def recomputable(node: Node) -> bool:
+    """May the backward compute this value again?  Views cost nothing; pointwise ops and
+    constants unless ``config.recompute`` is off (EMBER_RECOMPUTE=0)."""
     if node.op != "call":
         return False
     if node.target is operator.getitem:
         return recomputable(node.args[0]) if isinstance(node.args[0], Node) else False
     target = node.target
-    return isinstance(target, Prim) and target.kind in _RECOMPUTABLE_KINDS and target is not P.as_strided
+    if not isinstance(target, Prim) or target is P.as_strided:
+        return False
+    return target.kind == "view" or (config.recompute and target.kind in _RECOMPUTABLE_KINDS)
 
 
 def _save_cost(node: Node, free: set[Node], written: set[Node]) -> float:

@@ -119,7 +119,8 @@ def _meta_tensor(value: V.TensorValue) -> torch.Tensor:
         tensor.requires_grad_()
         # intermediate results are not leaves: in-place ops on them are legal
         if value.node.op != "placeholder" and meta.is_contiguous():
-            tensor = tensor * 1
+            with torch.enable_grad():   # whatever the caller's grad mode: the value requires grad
+                tensor = tensor * 1
     return tensor
 
 
