@@ -32,6 +32,9 @@ from ember.prims.primitives import Prim
 
 INFINITE = float("inf")
 _RECOMPUTABLE_KINDS = ("elementwise", "view", "creation")
+# x == amax(x) (the max's gradient goes to its ties) must see the very values the forward reduced:
+# a chain recomputed by another kernel may round differently, and then no element is the max
+_EXACT_COMPARISONS = ("eq", "ne")
 
 
 @dataclasses.dataclass
@@ -86,7 +89,7 @@ def recomputable(node: Node) -> bool:
     if node.target is operator.getitem:
         return recomputable(node.args[0]) if isinstance(node.args[0], Node) else False
     target = node.target
-    if not isinstance(target, Prim) or target is P.as_strided:
+    if not isinstance(target, Prim) or target is P.as_strided or target.name in _EXACT_COMPARISONS:
         return False
     return target.kind == "view" or (config.recompute and target.kind in _RECOMPUTABLE_KINDS)
 

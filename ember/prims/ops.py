@@ -196,6 +196,12 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     return emit(P.where, cond, cast(a, dtype), cast(b, dtype))
 
 
+def stop_gradient(x: Value) -> Value:
+    """x itself, through which autodiff sends no gradient (a stabilizing shift such as softmax's
+    max: the result does not depend on it, and its gradient would compare values for ties)."""
+    return emit(P.detach, x)
+
+
 def clone(x: Value) -> Value:
     return emit(P.clone, x)
 

@@ -184,7 +184,7 @@ def _shifted(x: Value, dim: Any, dtype: torch.dtype | None) -> tuple[Value, int,
     if x.ndim == 0 or x.shape[dim] == 0:
         return x - x, dim, out_dtype
     # no guard for an infinite maximum: eager's row is NaN then (all -inf, or any +inf; fuzz seed 100202)
-    largest = ops.amax(x, dim, keepdim=True)
+    largest = ops.stop_gradient(ops.amax(x, dim, keepdim=True))
     return x - largest, dim, out_dtype
 
 

@@ -143,7 +143,7 @@ def logsumexp(x: Value, dim: Any, keepdim: bool = False) -> Value:
     dims = ops.normalize_dims(dim, x.ndim)
     if not dims and x.ndim:
         return ops.cast(x, out_dtype)
-    largest = ops.amax(x, dims, keepdim=True)
+    largest = ops.stop_gradient(ops.amax(x, dims, keepdim=True))
     largest = ops.where(ops.isinf(largest), 0.0, largest)  # all -inf (or an inf) stays finite
     total = ops.sum(ops.exp(x - largest), dims, keepdim=True)
     result = ops.log(total) + largest
