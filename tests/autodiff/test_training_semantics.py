@@ -372,6 +372,33 @@ def test_autocast_bf16_training_step():
     assert_compiled()
 
 
+def test_autocast_fp16_with_grad_scaler():
+    """fp16 autocast with GradScaler: scaled gradients, unscale + step + update, two steps."""
+    eager, compiled, orig = model_pair(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)))
+    setups = {name: (model, params, torch.optim.SGD(params.parameters(), lr=0.1),
+                     torch.amp.GradScaler("cpu", init_scale=2.0 ** 8))
+              for name, model, params in (("eager", eager, eager), ("ember", compiled, orig))}
+    for step in range(2):
+        x, target = torch.randn(8, 16), torch.randint(0, 4, (8,))
+        losses = {}
+        for name, (model, params, opt, scaler) in setups.items():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(device_type="cpu", dtype=torch.float16):
+                out = model(x)
+                assert out.dtype == torch.float16
+                loss = F.cross_entropy(out.float(), target)
+            scaler.scale(loss).backward()
+            losses[name] = loss
+        assert_close(losses["ember"], losses["eager"], f"step {step}: loss", BF16_RTOL, BF16_ATOL)
+        assert_same_grads(orig, eager, f"step {step}: scaled grads", BF16_RTOL, BF16_ATOL * 2.0 ** 8)
+        for name, (model, params, opt, scaler) in setups.items():
+            scaler.step(opt)
+            scaler.update()
+        assert setups["ember"][3].get_scale() == setups["eager"][3].get_scale()
+        assert_same_state(orig, eager, f"step {step}: after step", BF16_RTOL, BF16_ATOL)
+    assert_compiled()
+
+
 # ------------------------------------------------------------------ double backward
 def test_double_backward_create_graph():
     """grad(create_graph=True) then a second grad: equal to eager, or a clear error, never wrong.
