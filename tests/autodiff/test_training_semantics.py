@@ -300,6 +300,39 @@ def test_inplace_on_intermediates(inplace):
     assert_compiled()
 
 
+def test_inplace_on_a_leaf_that_requires_grad_raises_like_eager():
+    def f(x):
+        x.add_(1.0)
+        return x * 2
+
+    compiled = compile_strict(f)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        f(leaf(4))
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        compiled(leaf(4))
+
+
+def test_inplace_update_of_an_input_with_a_value_that_requires_grad():
+    """buf (no grad) += w (grad): in eager buf now carries w's history, so a loss through buf read
+    after the call reaches w.  ember may run this graph eagerly (it changes which tensors require
+    grad): plain backend, values compared."""
+    def f(buf, w):
+        buf.add_(w * 3.0)
+        return (buf * w).sum()
+
+    compiled = compile_plain(f)
+    inputs = [leaf(5, requires_grad=False), leaf(5)]
+    results = {}
+    for name, fn in (("eager", f), ("ember", compiled)):
+        buf, w = clone_inputs(inputs)
+        out = fn(buf, w)
+        (out + (buf * buf).sum()).backward()
+        results[name] = (out, buf, w.grad)
+    assert_close(results["ember"][0], results["eager"][0], "output")
+    assert_close(results["ember"][1], results["eager"][1], "the updated input (value and requires_grad)")
+    assert_close(results["ember"][2], results["eager"][2], "w.grad through the output and the updated input")
+
+
 # ------------------------------------------------------------------ modules: BatchNorm, eval, inference
 class ConvBN(nn.Module):
     def __init__(self) -> None:
