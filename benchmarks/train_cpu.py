@@ -12,8 +12,9 @@ Blocks:
   nanogpt    one nanoGPT block (LayerNorm, causal SDPA attention, GELU MLP, residuals)
              B8 T256 C512 (full) or B4 T128 C256 (small)
 
-Printed per block and compiler: median step time (ms) and the speedup over eager, compile time
-(the first step: capture + compile + build), whether the first step's output and gradients match
+Printed per block and compiler: median step time (ms; the compilers take turns step by step, so
+that load from other processes slows them alike) and the speedup over eager, compile time
+(the first step: capture + compile + build, with empty kernel caches unless --warm), whether the first step's output and gradients match
 eager (rtol/atol 1e-3), and the peak memory of the steps.  Timings are taken in this one process.
 Peak memory: each compiler runs again in its own subprocess, which compiles and warms up, resets
 the kernel's resident-set high-water mark (/proc/self/clear_refs, "5"), runs the steps and reads
@@ -31,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -137,18 +139,6 @@ def matches(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> str:
     return "ok"
 
 
-def time_steps(model: nn.Module, x: torch.Tensor, grad: torch.Tensor, iters: int) -> float:
-    """Median milliseconds per step, after 2 warm-up steps."""
-    for _ in range(2):
-        train_step(model, x, grad)
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        train_step(model, x, grad)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def explain_ember(model: nn.Module) -> str:
     """How many graphs ran compiled (kinds), when ember's CompiledGraph says it."""
     captured = getattr(model, "_ember_captured", None)
@@ -203,33 +193,46 @@ def run_block(block: str, size: str, compilers: list[str], iters: int, memory: b
     base, x, grad = make_block(block, size)
     x.requires_grad_(True)
     print(f"\n## {block} ({size}: {tuple(x.shape)}), {torch.get_num_threads()} threads, {iters} iters")
-    print("| compiler | median step ms | speedup vs eager | compile s (first step) | matches eager | "
-          "peak RSS in steps MB (increase) | graphs |")
-    print("|---|---|---|---|---|---|---|")
-    expected = None
-    eager_ms = None
+    reference = copy.deepcopy(base)
+    expected = [t.clone() if t is not None else None
+                for t in results_of(reference, x, train_step(reference, x, grad))]
+    variants = {}
     for compiler in compilers:
         model = copy.deepcopy(base)
         compiled = compile_with(compiler, model)
         start = time.perf_counter()
         out = train_step(compiled, x, grad)
         compile_s = time.perf_counter() - start
-        got = [t.clone() if t is not None else None for t in results_of(model, x, out)]
-        if expected is None:
-            reference = copy.deepcopy(base)
-            expected = results_of(reference, x, train_step(reference, x, grad))
-            expected = [t.clone() if t is not None else None for t in expected]
-        verdict = matches(got, expected)
-        ms = time_steps(compiled, x, grad, iters)
-        if compiler == "eager":
-            eager_ms = ms
-        speedup = f"{eager_ms / ms:.2f}x" if eager_ms else "-"
+        verdict = matches(results_of(model, x, out), expected)
+        variants[compiler] = {"model": compiled, "compile_s": compile_s, "verdict": verdict}
+    step_ms = time_interleaved({name: v["model"] for name, v in variants.items()}, x, grad, iters)
+    print("| compiler | median step ms | speedup vs eager | compile s (first step) | matches eager | "
+          "peak RSS in steps MB (increase) | graphs |")
+    print("|---|---|---|---|---|---|---|")
+    for compiler, v in variants.items():
+        ms = step_ms[compiler]
         mem = measure_memory(block, size, compiler, iters) if memory else {}
         mem_text = (f"{mem['peak_rss_mb']:.0f} (+{mem['peak_rss_mb'] - mem['rss_before_mb']:.0f})"
                     if "peak_rss_mb" in mem else mem.get("error", "-"))
-        graphs = explain_ember(compiled) if compiler == "ember" else ""
-        print(f"| {compiler} | {ms:.2f} | {speedup} | {compile_s:.2f} | {verdict} | {mem_text} | {graphs} |",
-              flush=True)
+        graphs = explain_ember(v["model"]) if compiler == "ember" else ""
+        print(f"| {compiler} | {ms:.2f} | {step_ms['eager'] / ms:.2f}x | {v['compile_s']:.2f} | {v['verdict']} | "
+              f"{mem_text} | {graphs} |", flush=True)
+
+
+def time_interleaved(models: dict[str, nn.Module], x: torch.Tensor, grad: torch.Tensor, iters: int
+                     ) -> dict[str, float]:
+    """Median milliseconds per step of each model, the models taking turns step by step, so that
+    a busy machine slows them alike (after 2 warm-up steps each)."""
+    for model in models.values():
+        for _ in range(2):
+            train_step(model, x, grad)
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(iters):
+        for name, model in models.items():
+            start = time.perf_counter()
+            train_step(model, x, grad)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def main() -> None:
@@ -239,8 +242,15 @@ def main() -> None:
     parser.add_argument("--compilers", default="eager,ember,inductor")
     parser.add_argument("--blocks", default="pointwise,nanogpt")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-compiler memory subprocesses")
+    parser.add_argument("--warm", action="store_true",
+                        help="keep the kernel caches (default: fresh ember and Inductor cache directories, "
+                             "so that the compile time is a cold compile)")
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.warm and not args.memory_worker:
+        # set before the first compile; the memory subprocesses inherit them (and find them warm)
+        os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-train-bench-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-train-bench-")
     if args.memory_worker:
         block, size, compiler = args.memory_worker.split(":")
         memory_worker(block, size, compiler, args.iters)
