@@ -67,8 +67,21 @@ def differentiable_outputs(graph: Graph, needs: dict[Node, bool]) -> list[int]:
     mutated = {o for _, o in graph.extra.get("mutated_inputs", [])}
     replaced = set(graph.extra.get("output_aliases", {})) | \
         {i for i, s in graph.extra.get("output_sources", {}).items() if s[0] in ("input", "input_view", "output")}
+    eager_requires = _eager_requires_grad(graph)
     return [i for i, value in enumerate(graph.outputs)
-            if i not in mutated and i not in replaced and isinstance(value, Node) and needs.get(value, False)]
+            if i not in mutated and i not in replaced and isinstance(value, Node) and
+            eager_requires.get(i, needs.get(value, False)) and differentiable_meta(value.meta)]
+
+
+def _eager_requires_grad(graph: Graph) -> dict[int, bool]:
+    """Whether eager's user outputs require grad (capture's metas): eager marks some outputs
+    non-differentiable (layer_norm's mean and rstd), and others require grad with a zero gradient
+    (x.sign())."""
+    torch_graph = graph.extra.get("_torch_graph")
+    if torch_graph is None:
+        return {}
+    return {i: value.meta.requires_grad for i, value in enumerate(torch_graph.outputs)
+            if isinstance(value, Node) and isinstance(value.meta, TensorMeta)}
 
 
 def build_joint(prim_graph: Graph) -> Joint:
@@ -96,9 +109,14 @@ def build_joint(prim_graph: Graph) -> Joint:
             emitter.source_line = node.source_line
             _backpropagate(graph, node, grad, grads, needs)
         grad_inputs = [i for i, p in enumerate(primals) if needs[p]]
+        used = _ancestors([outputs[i] for i in diff_outputs])
         input_grads = []
         for i in grad_inputs:
             grad = grads.get(primals[i])
+            if grad is None and primals[i] in used:
+                # reached only through ops whose derivative is zero (sign, round): eager's grad is zeros
+                meta = primals[i].meta
+                grad = ops.full(meta.shape, 0, meta.dtype, meta.device)
             input_grads.append(None if grad is None else _exact_meta(grad, primals[i].meta).node)
     forward_outputs = outputs
     graph.output_node.args = ((*forward_outputs, *input_grads),)
@@ -107,6 +125,20 @@ def build_joint(prim_graph: Graph) -> Joint:
             value.users[graph.output_node] = None
     graph.eliminate_dead_code(lambda node: False)
     return Joint(graph, primals, tangents, diff_outputs, len(forward_outputs), grad_inputs)
+
+
+def _ancestors(values: list[Node]) -> set[Node]:
+    """Values these depend on, not through prims.detach (eager's autograd does not see past it)."""
+    found: set[Node] = set()
+    stack = list(values)
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if node.target is not P.detach:
+            stack.extend(node.inputs())
+    return found
 
 
 def _accumulate(grads: dict[Node, Any], node: Node, grad: Any) -> None:
