@@ -38,6 +38,9 @@ class EagerAutograd(Exception):
 
 def compile_training(graph: Graph, prim_graph: Graph, specs: list, options: CompileOptions) -> Any:
     from ember.backend import CompiledGraph, compile_prim_graph
+    for placeholder, spec in zip(prim_graph.placeholders, specs):   # the specs say what requires grad
+        if isinstance(placeholder.meta, TensorMeta) and isinstance(spec, TensorMeta):
+            placeholder.meta = dataclasses.replace(placeholder.meta, requires_grad=spec.requires_grad)
     _check_supported(prim_graph)
     joint = build_joint(prim_graph)
     if not joint.tangents:       # nothing the user gets back depends on what requires grad

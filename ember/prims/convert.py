@@ -56,6 +56,7 @@ class _Converter:
         self.roots: list[F.Root] = []  # placeholder roots, by placeholder index
         self.output_nodes: set[Node] = set()  # nodes already returned as some root's buffer
         self.grad_enabled = torch.is_grad_enabled()  # the grad mode at entry (guarded by capture)
+        self.entry_grad_enabled = self.grad_enabled
 
     # ----------------------------------------------------------------- driving
     def run(self) -> Graph:
@@ -135,6 +136,8 @@ class _Converter:
         if node.target is torch._C._set_grad_enabled:
             self.grad_enabled = bool(node.args[0])
             return result
+        if not self.entry_grad_enabled:
+            return result           # nothing is differentiated (enable_grad regions run eagerly)
         outputs = [m for m in _metas(node.meta) if isinstance(m, TensorMeta)]
         if not outputs:
             return result

@@ -43,7 +43,18 @@ RTOL, ATOL = 1e-4, 1e-5
 SUMMARY_PATH = os.environ.get("EMBER_OPINFO_GRAD_SUMMARY", "/tmp/ember_opinfo_grad_summary.json")
 
 # (op id) -> why it fails today (xfail; a pass then fails, so that the entry is removed)
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    'native_layer_norm': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    'native_batch_norm': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    '_native_batch_norm_legit': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    '_batch_norm_with_update': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    'lu_unpack': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    'linalg.lu': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    'sign': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    'fill': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
+    'sgn': 'the generic autograd rule reads the storage of a storage-less zero gradient (extern_rules._fresh)',
+    'norm': "p=0 outputs need capture metas, and sample #1 raises TypeError: 'int' object is not iterable",
+}
 
 
 def _clone_leaf(t: torch.Tensor) -> torch.Tensor:

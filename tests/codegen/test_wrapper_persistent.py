@@ -44,7 +44,7 @@ def test_intermediates_reused_outputs_fresh(persistent_on_cpu):
 
 
 def compiled_globals(compiled):
-    call = compiled.__closure__[0].cell_contents if compiled.__closure__ else compiled
+    call = compiled.call
     return list(call.__globals__.values())
 
 
