@@ -86,7 +86,7 @@ def test_training_gradients_match_eager(name, backend):
     model, inputs = MODEL_MAKERS[name]()
     eager_model = copy.deepcopy(model)
     compiled = ember.compile(model, backend=backend)
-    for _ in range(2):  # the second step runs the cached entry (ember backend: eager until autodiff lands)
+    for _ in range(2):  # the second step runs the cached entry
         model.zero_grad(set_to_none=True)
         eager_model.zero_grad(set_to_none=True)
         # a fixed random projection, not out.pow(2).mean(): through a final LayerNorm (bert_layer)
@@ -103,3 +103,6 @@ def test_training_gradients_match_eager(name, backend):
             error = (ours.grad.double() - theirs.grad.double()).abs().max().item() / \
                 max(theirs.grad.abs().max().item(), 1e-2 * scale)
             assert error < MAX_RELATIVE_ERROR, f"{name} grad {param_name}: relative error {error:.2e}"
+    if backend == "ember":   # really compiled, forward and backward: not the eager graph
+        kinds = [event.compiled.kind for event in compiled._ember_captured.events]
+        assert kinds == ["autograd"], kinds
