@@ -399,6 +399,8 @@ class _Lowering:
         value = self.env[node]
         if not isinstance(value, TensorValue):
             return value
+        if f"{node.name}_output" in self.nodes:     # the same value returned twice (a forward output also saved)
+            return f"{node.name}_output"
         view = self.output_view(value, node)
         if view is not None:
             return view

@@ -73,3 +73,19 @@ def test_aligned_or_small_matmuls_are_not_padded(monkeypatch):
     compiled = compile_graph(graph, [xv, wv])
     assert "zero padding" in compiled.source
     torch.testing.assert_close(compiled(xv, wv)[0], xv @ wv)
+
+
+def test_padded_matmul_output_also_saved_for_backward():
+    """GPT-2's LM head in training: the padded product is both returned and read by the backward
+    (two graph outputs of one value: lowering once named a copy for each and asserted)."""
+    def lm_logits(x, wte):
+        logits = torch.nn.functional.linear(x, wte)
+        return logits, logits * logits
+    x, wte = torch.randn(6, 12, requires_grad=True), torch.randn(37, 12, requires_grad=True)
+    compiled = ember.compile(lm_logits, options={"fallback": "error"})
+    out = compiled(x, wte)
+    expected = lm_logits(x, wte)
+    grads = torch.autograd.grad(out[0].sum() + out[1].sum(), (x, wte))
+    expected_grads = torch.autograd.grad(expected[0].sum() + expected[1].sum(), (x, wte))
+    for a, e in zip(out + grads, expected + expected_grads):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
