@@ -661,6 +661,9 @@ class TritonKernelPrinter:
                 self.scopes[-1][node] = literal(node.value, node.dtype)
                 continue
             text = self.render_node(node)
+            if text.isidentifier():         # a cast that changes nothing: the same temporary
+                self.scopes[-1][node] = text
+                continue
             name = self.new_tmp()
             self.emit(f"{name} = {text}")
             self.scopes[-1][node] = name
@@ -683,7 +686,12 @@ class TritonKernelPrinter:
             return f"{text}.to({compute_type(node.dtype)})"
         if isinstance(node, Cast):
             value = self.arg(node.arg, True)
-            return triton_ops.cast(value, node.arg.dtype, node.dtype)
+            # loads and casts of bf16/fp16 values hold them exactly: rounding again would only add
+            # conversions (and a chain of them has tripped Triton 3.6's compiler: "does not dominate")
+            exact = _exactly_low_precision(node.arg)
+            if exact == node.dtype and node.arg.dtype in (node.dtype, torch.float32):
+                return value        # a bf16 value that went through fp32 and back
+            return triton_ops.cast(value, node.arg.dtype, node.dtype, exact == node.arg.dtype)
         if isinstance(node, Op) and node.op == "check_index":
             return self.render_index_check(node)
         if isinstance(node, Op):
@@ -709,6 +717,19 @@ class TritonKernelPrinter:
             return True
         return node.op in ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where") and \
             arg.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _exactly_low_precision(expr: Expr) -> torch.dtype | None:
+    """The bf16/fp16 type whose values ``expr`` holds exactly (as fp32), if it is known to: a load of
+    such a buffer, a conversion to such a type, or a bf16/fp16 value widened to fp32."""
+    if isinstance(expr, Load):
+        return expr.dtype if expr.dtype in LOW_PRECISION else None
+    if isinstance(expr, Cast):
+        if expr.dtype in LOW_PRECISION:
+            return expr.dtype if expr.arg.dtype != expr.dtype else _exactly_low_precision(expr.arg)
+        if expr.dtype == torch.float32:      # widening rounds a bf16/fp16 value first (triton_ops.cast)
+            return expr.arg.dtype if expr.arg.dtype in LOW_PRECISION else None
+    return None
 
 
 def _register_value(result: str, dtype: torch.dtype) -> str:

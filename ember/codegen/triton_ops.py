@@ -105,12 +105,16 @@ def to_storage(value: str, dtype: torch.dtype) -> str:
     return f"{value}.to({TL_TYPE[dtype]})"
 
 
-def cast(value: str, src: torch.dtype, dst: torch.dtype) -> str:
+def cast(value: str, src: torch.dtype, dst: torch.dtype, rounded: bool = False) -> str:
+    """``rounded``: the fp32 value is exactly a ``src`` (bf16/fp16) value already (a load, a cast)."""
     if src == dst:
         return value
     if src in LOW_PRECISION and dst != src:
         # the value is a bf16/fp16 tensor in eager: round it before it changes type
-        value = f"{to_storage(value, src)}.to(tl.float32)"
+        if not rounded:
+            value = f"{to_storage(value, src)}.to(tl.float32)"
+        if dst == torch.float32:
+            return value
     if dst == torch.bool:
         return f"({value} != 0)"
     if dst in LOW_PRECISION:
