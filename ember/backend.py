@@ -24,7 +24,9 @@ from ember.api import CompileOptions
 from ember.debug.logs import enabled, log
 from ember.errors import CompileError
 from ember.graph import Graph, TensorMeta
+from ember import config
 from ember.lower.lowering import lower_graph
+from ember.lower.split_reductions import split_reductions
 from ember.lower.scheduler import Schedule, schedule
 from ember.prims.functionalize import RunEagerly
 
@@ -147,7 +149,10 @@ def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: Compi
     if enabled("prim_graph"):
         log("prim_graph", str(prim_graph))
     with _stage("lower"):
-        sched = schedule(lower_graph(prim_graph, specs))
+        program = lower_graph(prim_graph, specs)
+        if config.split_reductions:
+            program = split_reductions(program, _device_of(specs).type)
+        sched = schedule(program)
     with _stage("codegen"):
         return _generate(prim_graph, sched, specs, options)
 

@@ -18,3 +18,7 @@ def kernel_cache_dir() -> str:
 # training graphs: recompute cheap pointwise chains in the backward instead of saving them
 # (EMBER_RECOMPUTE=0 saves every value the backward reads: more memory, no recomputation)
 recompute: bool = os.environ.get("EMBER_RECOMPUTE", "1") != "0"
+
+# GPU reductions with few output rows and a long reduced range run as two kernels
+# (lower/split_reductions.py); EMBER_SPLIT_REDUCTIONS=0 keeps them one kernel (for A/B runs)
+split_reductions: bool = os.environ.get("EMBER_SPLIT_REDUCTIONS", "1") != "0"

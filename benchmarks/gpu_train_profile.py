@@ -1,0 +1,153 @@
+"""Where does a zoo model's training step spend its time and memory under ember vs eager?
+(GPU diagnosis, not a test.)
+
+    python benchmarks/gpu_train_profile.py --bench .bench --models resnet50,bert_base --out $OUT
+
+For each model (the harness's train batch, bf16, model.train(), the harness's fp32 loss):
+  * what ember compiled: each graph's kind (kernels / autograd / eager and why), kernel counts;
+  * memory: allocated after the forward (what is kept for the backward) and the step's peak,
+    eager vs ember; saved-tensor copies made because a saved layout differs from the compiled one;
+  * a torch.profiler table of the top CUDA kernels of 3 steps, eager and ember;
+  * ember's generated code ($OUT/<model>_code.txt); on a compile error, the traceback and the
+    failing kernel module.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+import traceback
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bench", default=".bench")
+    parser.add_argument("--models", default="resnet50")
+    parser.add_argument("--out", default="/tmp/ember_train_profile")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--rows", type=int, default=22)
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.bench))
+    os.makedirs(args.out, exist_ok=True)
+    for name in args.models.split(","):
+        try:
+            profile_model(name, args)
+        except Exception:
+            print(f"==== {name}: FAILED\n{traceback.format_exc()}", flush=True)
+            _copy_failed_kernels(traceback.format_exc(), os.path.join(args.out, f"{name}_failed_kernels"))
+
+
+def profile_model(name: str, args: argparse.Namespace) -> None:
+    import models as zoo
+
+    import ember
+    from ember import backend
+    from ember.autodiff import training
+    from ember.debug import logs
+
+    dtype = getattr(torch, args.dtype)
+    spec = zoo.MODELS[name]
+    torch.manual_seed(0)
+    bench = spec.build(batch_size=spec.train_bs, seq_len=spec.seq_len, size="full", device="cuda")
+    model = bench.model.to(device="cuda", dtype=dtype).train()
+    cast = lambda t: t.to(dtype) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
+    inputs = bench.example_inputs
+    call_args, call_kwargs = ((), {k: cast(v) for k, v in inputs.items()}) if isinstance(inputs, dict) \
+        else (tuple(cast(v) for v in inputs), {})
+
+    def step(fn):
+        model.zero_grad(set_to_none=True)
+        loss = bench.loss_fn(fn(*call_args, **call_kwargs))
+        loss.backward()
+
+    # what ember compiles, and the saved-tensor copies it makes at backward time
+    graphs: list[str] = []
+    compile_from_specs = backend.compile_from_specs
+
+    def recording(graph, specs, options):
+        compiled = compile_from_specs(graph, specs, options)
+        graphs.append(f"{compiled.kind}: {compiled.kernel_count} kernels, {compiled.extern_count} externs"
+                      + (f" ({compiled.eager_reason})" if compiled.eager_reason else ""))
+        return compiled
+    backend.compile_from_specs = recording
+    copies = {"count": 0, "bytes": 0}
+    in_layout = training._in_layout
+
+    def counting(value, meta):
+        result = in_layout(value, meta)
+        if result is not value:
+            copies["count"] += 1
+            copies["bytes"] += result.numel() * result.element_size()
+        return result
+    training._in_layout = counting
+
+    compiled = ember.compile(model)
+    with open(os.path.join(args.out, f"{name}_code.txt"), "w") as code_file:
+        logs.set_logs("output_code")
+        real_stderr, sys.stderr = sys.stderr, code_file
+        start = time.perf_counter()
+        try:
+            step(compiled)
+            torch.cuda.synchronize()
+        finally:
+            sys.stderr = real_stderr
+            logs.set_logs("")
+    print(f"==== {name}: first ember step (compile) {time.perf_counter() - start:.1f} s; graphs: {graphs}")
+    copies.update(count=0, bytes=0)
+
+    for label, fn in (("eager", model), ("ember", compiled)):
+        for _ in range(3):
+            step(fn)
+        torch.cuda.synchronize()
+        model.zero_grad(set_to_none=True)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = fn(*call_args, **call_kwargs)
+        kept = torch.cuda.memory_allocated() - base
+        loss = bench.loss_fn(out)
+        del out
+        loss.backward()
+        del loss
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        times = []
+        for _ in range(5):
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            step(fn)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(begin.elapsed_time(end))
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step(fn)
+            torch.cuda.synchronize()
+        print(f"---- {name} {label}: step {sorted(times)[2]:.2f} ms; kept after forward {kept / 2**20:.0f} MB; "
+              f"peak over the step {peak / 2**20:.0f} MB"
+              + (f"; saved-layout copies per step {copies['count']} ({copies['bytes'] / 2**20:.0f} MB)"
+                 if label == "ember" else ""))
+        copies.update(count=0, bytes=0)
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=100))
+    backend.compile_from_specs = compile_from_specs
+    training._in_layout = in_layout
+
+
+def _copy_failed_kernels(text: str, destination: str) -> None:
+    """The kernel modules a Triton compile error names (the kernel cache keeps the source)."""
+    from ember import config
+    root = os.path.join(config.kernel_cache_dir(), "triton")
+    if not os.path.isdir(root):
+        return
+    newest = sorted((os.path.getmtime(os.path.join(d, f)), os.path.join(d, f))
+                    for d, _, files in os.walk(root) for f in files if f.endswith(".py"))[-3:]
+    os.makedirs(destination, exist_ok=True)
+    for _, path in newest:
+        shutil.copy(path, destination)
+
+
+if __name__ == "__main__":
+    main()
