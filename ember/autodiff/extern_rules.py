@@ -342,14 +342,13 @@ def _torch_embedding(weight, input, padding_idx=-1, scale_grad_by_freq=False, sp
 
 
 def _embedding_weight_grad(grad: Value, indices: Value, weight: Value, padding_idx: int | None) -> Value:
-    """Rows of grad summed into the rows they were read from (index_put with accumulate);
-    the padding row gets none."""
-    rows = ops.reshape(ops.cast(indices, torch.int64), (-1,))
-    flat = ops.reshape(grad, (-1, weight.shape[1]))
-    if padding_idx is not None:
-        flat = ops.where(ops.unsqueeze(ops.ne(rows, padding_idx), 1), flat, 0.0)
-    zeros = ops.full_like(weight, 0)
-    return ops.emit(P.index_put, zeros, [rows], ops.cast(flat, weight.dtype), True)
+    """Rows of grad summed into the rows they were read from; the padding row gets none.
+    ATen's embedding_dense_backward, as eager: an index_put with accumulate of bf16 rows took
+    0.86 ms on BERT's 30522-word table, the sort-and-segment kernel 0.05 ms."""
+    rows = ops.cast(indices, torch.int64)
+    flat = ops.reshape(grad, (*indices.shape, weight.shape[1]))
+    return ops.extern(torch.ops.aten.embedding_dense_backward.default, flat, rows, weight.shape[0],
+                      -1 if padding_idx is None else padding_idx, False)
 
 
 @extern_vjp_rule(F.embedding)
@@ -416,6 +415,10 @@ def view_vjp(grad: Value, out: Value, x: Value, *shape: Any) -> tuple:
 
 
 # ----------------------------------------------------------------------- attention
+# devices where the backward re-runs eager's fused attention and differentiates it (below)
+ATEN_ATTENTION_BACKWARD_DEVICES = {"cuda"}
+
+
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,  # noqa: E704
           enable_gqa=False): ...
 
@@ -429,7 +432,9 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
     if call["dropout_p"] != 0:
         raise CompileError("scaled_dot_product_attention with dropout cannot be re-run exactly for its "
                            "backward", stage="autodiff", op="scaled_dot_product_attention")
-    if call["enable_gqa"]:
+    if call["enable_gqa"] or call["query"].device.type in ATEN_ATTENTION_BACKWARD_DEVICES:
+        # CUDA: eager's fused attention kernels, forward re-run then backward (one forward more,
+        # against fp32 matmuls and an (L, S) probability matrix per head here)
         return _fallback(F.scaled_dot_product_attention, grad, out, args, kwargs)
     q0, k0, v0, mask = call["query"], call["key"], call["value"], call["attn_mask"]
     q, k, v, g = ops.upcast(q0), ops.upcast(k0), ops.upcast(v0), ops.upcast(grad)

@@ -293,7 +293,13 @@ def _sdpa_case(q, k, v, mask=None, **kwargs):
     _sdpa_case((2, 3, 5, 8), (2, 3, 6, 8), (2, 3, 6, 8), mask=torch.randn(2, 1, 5, 6)),
     _sdpa_case((4, 5, 8), (4, 6, 8), (4, 6, 8)),
 ], ids=["plain", "scale_lengths", "causal", "bool_mask", "float_mask_grad", "3d"])
-def test_scaled_dot_product_attention(case):
+@pytest.mark.parametrize("aten_backward", [False, True], ids=["prims", "aten"])
+def test_scaled_dot_product_attention(case, aten_backward, monkeypatch):
+    """prims: the probabilities recomputed in fp32 prims (CPU); aten: eager's kernels re-run and
+    differentiated (CUDA), switched on here for the CPU."""
+    from ember.autodiff import extern_rules
+    if aten_backward:
+        monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
     inputs, make = case
     check(F.scaled_dot_product_attention, inputs, make, atol=1e-4, rtol=1e-4, min_grads=3)
 
