@@ -56,7 +56,7 @@ def partition(joint: Joint) -> Partition:
     saved = _min_cut(primal_values, read_by_backward, forward_outputs, written)
     forward = _extract(graph, joint.primals, forward_outputs + saved, "forward")
     forward.extra = dict(graph.extra)
-    backward = _extract(graph, saved + joint.tangents, grad_outputs, "backward")
+    backward = _extract(graph, saved + joint.tangents, grad_outputs, "backward", anchors=backward_only)
     return Partition(forward, backward, saved)
 
 
@@ -219,8 +219,15 @@ class _FlowNetwork:
         return seen
 
 
-def _extract(graph: Graph, inputs: list[Node], outputs: list[Any], name: str) -> Graph:
-    """The subgraph computing ``outputs`` from ``inputs`` (which become its placeholders)."""
+def _extract(graph: Graph, inputs: list[Node], outputs: list[Any], name: str,
+             anchors: set[Node] | None = None) -> Graph:
+    """The subgraph computing ``outputs`` from ``inputs`` (which become its placeholders).
+
+    Nodes keep the joint graph's order, except with ``anchors`` (the backward-only nodes):
+    those keep their order and every other node (a value the backward recomputes) is placed
+    right before the first node that needs it.  In joint order every recomputed value would
+    come first, before the whole backward, and live through all of it: a ResNet's backward
+    then rebuilt the BatchNorm+ReLU outputs of every layer at once (peak memory doubled)."""
     boundary = set(inputs)
     needed: set[Node] = set()
     stack = [v for v in outputs if isinstance(v, Node)]
@@ -232,16 +239,48 @@ def _extract(graph: Graph, inputs: list[Node], outputs: list[Any], name: str) ->
             raise CompileError(f"the {name} graph reads {node.name}, which it does not receive", stage="autodiff")
         needed.add(node)
         stack.extend(node.inputs())
+    if anchors is None:
+        order = [node for node in graph.nodes if node in needed]
+    else:
+        order = _as_late_as_possible(graph, needed, anchors, outputs)
     new = Graph()
     mapping: dict[Node, Node] = {}
     for node in inputs:
         mapping[node] = new.placeholder(node.name, node.meta)
         mapping[node].extra = dict(node.extra)
     remap = lambda v: mapping[v] if isinstance(v, Node) else v  # noqa: E731
-    for node in graph.nodes:
-        if node in needed:
-            mapping[node] = new.call(node.target, tree_map(remap, node.args), tree_map(remap, node.kwargs),
-                                     node.meta, node.name, node.source_line)
-            mapping[node].extra = dict(node.extra)
+    for node in order:
+        mapping[node] = new.call(node.target, tree_map(remap, node.args), tree_map(remap, node.kwargs),
+                                 node.meta, node.name, node.source_line)
+        mapping[node].extra = dict(node.extra)
     new.output([remap(v) for v in outputs])
     return new
+
+
+def _as_late_as_possible(graph: Graph, needed: set[Node], anchors: set[Node], outputs: list[Any]) -> list[Node]:
+    """``needed`` in an order where the anchors keep their joint order and each other node comes
+    just before its first reader (a post-order walk from each anchor, then from the outputs)."""
+    order: list[Node] = []
+    emitted: set[Node] = set()
+
+    def emit(root: Node) -> None:
+        stack = [(root, iter(root.inputs()))]
+        while stack:
+            node, pending = stack[-1]
+            for value in pending:
+                if value in needed and value not in emitted and value not in anchors:
+                    stack.append((value, iter(value.inputs())))
+                    break
+            else:
+                stack.pop()
+                if node not in emitted:
+                    emitted.add(node)
+                    order.append(node)
+
+    for node in graph.nodes:
+        if node in needed and node in anchors:
+            emit(node)
+    for value in outputs:
+        if isinstance(value, Node) and value in needed and value not in emitted:
+            emit(value)
+    return order

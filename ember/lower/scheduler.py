@@ -15,6 +15,8 @@ How fusion is decided, in order:
    kept dims = outer and reduced dims = inner) and everything it reads from that
    kernel is read at the same row it is produced.  So softmax, layer_norm and
    several reductions over one input (horizontal fusion) are each one kernel.
+   A node joins no kernel that runs before an Extern (its output would live
+   through the Extern), except a reduction with a small output (``_place``).
 3. A Reduction stays in a register when every consumer is in its kernel;
    otherwise it is stored.
 4. Intermediate buffers whose last reader has run are reused for later
@@ -140,6 +142,7 @@ class _Scheduler:
         self.users = program.users()
         self.forced = self._forced_buffers()
         self.inlined: dict[str, Expr] = {}   # node name -> body with inlinable loads expanded
+        self.deps: dict[str, set[str]] = {}  # node name -> buffers its expanded body loads
         self.view_bases = {v.name for node in self.nodes.values() if isinstance(node, ir.Extern)
                            for v in _tree_leaves((node.args, node.kwargs)) if isinstance(v, ir.BufferView)}
 
@@ -181,6 +184,7 @@ class _Scheduler:
             # store them once instead of recomputing them in every kernel that reads them
             self.forced |= shared
             self.inlined.clear()
+            self.deps.clear()
             groups, where = self._group()
         local = self._local_reductions(groups, where)
         steps = [self._build_kernel(g, i, local) if isinstance(g, _Group) else
@@ -198,12 +202,13 @@ class _Scheduler:
     def _group(self) -> tuple[list[_Group | ir.Extern], dict[str, int]]:
         groups: list[_Group | ir.Extern] = []
         where: dict[str, int] = {}          # schedulable/extern name -> position in groups
+        last_extern = -1
         for name, node in self.nodes.items():
             if isinstance(node, ir.Extern):
-                where[name] = len(groups)
+                where[name] = last_extern = len(groups)
                 groups.append(node)
             elif isinstance(node, (ir.Pointwise, ir.Reduction)) and not self.is_inlined(name):
-                self._place(name, groups, where)
+                self._place(name, groups, where, last_extern)
         return groups, where
 
     def _expensive_shared_pointwise(self, groups: list, where: dict[str, int]) -> set[str]:
@@ -238,10 +243,10 @@ class _Scheduler:
         return out
 
     def _deps(self, name: str) -> set[str]:
-        out = set()
-        for ld in ir.loads(self.expanded_body(name)):
-            out.add(ld.buffer)
-        return out
+        """Buffers the node's expanded body loads (memoized with ``inlined``)."""
+        if name not in self.deps:
+            self.deps[name] = {ld.buffer for ld in ir.loads(self.expanded_body(name))}
+        return self.deps[name]
 
     def _producer_position(self, dep: str, where: dict[str, int]) -> int:
         node = self.nodes[dep]
@@ -249,13 +254,26 @@ class _Scheduler:
             return where[node.extern]
         return where.get(dep, -1)          # inputs: -1
 
-    def _place(self, name: str, groups: list, where: dict[str, int]) -> None:
+    def _place(self, name: str, groups: list, where: dict[str, int], last_extern: int) -> None:
         node = self.nodes[name]
         deps = self._deps(name)
         earliest = max((self._producer_position(d, where) for d in deps), default=-1)
+        # A node joins no kernel that runs before an Extern (a new kernel at the end is always
+        # valid).  Otherwise a node whose inputs are ready early (a value the backward recomputes
+        # from saved inputs) is hoisted across any number of convolutions and matmuls, and its
+        # output lives through all of them: that doubled a ResNet backward's peak memory.
+        # Exception: a reduction whose output is much smaller than what it reads (BatchNorm's
+        # per-channel sums) still joins an earlier kernel that reads or produces one of its inputs:
+        # that saves a whole read of the big input, and keeping the small result alive costs little.
+        # The cost of the rule: any other such fusion across an Extern is given up (one more read).
+        may_cross = isinstance(node, ir.Reduction) and math.prod(node.reduction_shape) >= SMALL_OUTPUT_RATIO
         for pos in range(len(groups) - 1, max(earliest, 0) - 1, -1):
             group = groups[pos]
-            if isinstance(group, _Group) and self._fits(group, node, deps, where, pos):
+            if not isinstance(group, _Group):
+                continue
+            if pos < last_extern and not (may_cross and self._touches(group, node, deps)):
+                continue
+            if self._fits(group, node, deps, where, pos):
                 group.members.append(name)
                 where[name] = pos
                 return
@@ -264,6 +282,12 @@ class _Scheduler:
         else:
             groups.append(_Group(node.shape, (), [name]))
         where[name] = len(groups) - 1
+
+    def _touches(self, group: _Group, node: ir.Reduction, deps: set[str]) -> bool:
+        """Does the group produce or read a big buffer that the reduction reads (one whose read is
+        worth sharing: not a per-channel weight)?"""
+        big = {d for d in deps if self.nodes[d].numel() >= math.prod(node.shape) * SMALL_OUTPUT_RATIO}
+        return bool(big) and any(m in big or self._deps(m) & big for m in group.members)
 
     def _fits(self, group: _Group, node: ir.LoopNode, deps: set[str], where: dict[str, int], pos: int) -> bool:
         outer, inner = group.outer, group.inner
@@ -551,6 +575,8 @@ _TRANSCENDENTAL = frozenset({
     "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "pow",
     "atan2", "hypot"})
 EXPENSIVE_OPS = 16
+# a reduction reading at least this many elements per output may fuse into a kernel before an Extern
+SMALL_OUTPUT_RATIO = 32
 EXPENSIVE_LOADS = 4
 
 
