@@ -35,11 +35,13 @@ class SplitPolicy:
     target_rows: int        # split until outer rows * chunks reaches this
     min_chunk: int          # ... keeping at least this many elements per partial row
     min_elements: int       # reductions reading fewer elements are left alone
+    min_inner: int          # ... and so are rows shorter than this (a LayerNorm's 768 never splits)
 
 
 # CUDA: 132 SMs on an H100; a column reduction packs 64 rows per program, so 32768 rows are
 # 512+ programs even then.  CPU kernels parallelize over rows across a few cores: not split.
-SPLIT_POLICIES: dict[str, SplitPolicy] = {"cuda": SplitPolicy(target_rows=32768, min_chunk=256, min_elements=1 << 18)}
+SPLIT_POLICIES: dict[str, SplitPolicy] = {
+    "cuda": SplitPolicy(target_rows=32768, min_chunk=256, min_elements=1 << 18, min_inner=2048)}
 _SPLITTABLE = ("sum", "prod", "max", "min")
 
 
@@ -90,7 +92,8 @@ class _Split:
 
 def _choose_split(node: ir.Reduction, policy: SplitPolicy) -> _Split | None:
     rows, inner = math.prod(node.shape), math.prod(node.reduction_shape)
-    if rows * inner < policy.min_elements or rows * policy.min_chunk * 2 > rows * inner or rows >= policy.target_rows:
+    if rows * inner < policy.min_elements or inner < max(policy.min_inner, 2 * policy.min_chunk) or \
+            rows >= policy.target_rows:
         return None
     wanted = min(-(-policy.target_rows // rows), inner // policy.min_chunk)
     chunks: list[int] = []      # per leading reduced dim: how much of it becomes kept

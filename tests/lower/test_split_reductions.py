@@ -14,7 +14,7 @@ from ember.lower.split_reductions import SplitPolicy
 @pytest.fixture(autouse=True)
 def split_on_cpu(monkeypatch):
     policies = dict(split_reductions.SPLIT_POLICIES)
-    policies["cpu"] = SplitPolicy(target_rows=64, min_chunk=8, min_elements=256)
+    policies["cpu"] = SplitPolicy(target_rows=64, min_chunk=8, min_elements=256, min_inner=16)
     monkeypatch.setattr(split_reductions, "SPLIT_POLICIES", policies)
 
 
