@@ -112,6 +112,7 @@ class TrainingStep:
         self.device = next((p.meta.device.type for p in prim_graph.placeholders
                             if isinstance(p.meta, TensorMeta)), "cpu")
         self._backward: Any = None
+        self.backward_compiled: Any = None      # the backward's CompiledGraph, once built
         self._lock = threading.Lock()
         self._eager: Any = None
 
@@ -136,7 +137,8 @@ class TrainingStep:
                     specs = [s if isinstance(s, TensorMeta) else type(v)
                              for s, v in zip(self.saved_metas, saved)]
                     specs += [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
-                    self._backward = compile_prim_graph(self.backward_graph, specs, self.options).call
+                    self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
+                    self._backward = self.backward_compiled.call
         return self._backward
 
     def eager_graph(self) -> Any:
