@@ -176,6 +176,9 @@ class TritonKernelPrinter:
         self.tmp_counter = 0
         self.scopes: list[dict] = []
         self.registers: dict[str, str] = {}     # reduction name -> variable holding its [XBLOCK, 1] result
+        # fp32 temporary of a bf16/fp16 conversion -> the temporary holding the converted (storage) value
+        self.storage_of: dict[str, str] = {}
+        self._pending_storage: str | None = None
         self.written: set[str] = set()          # buffers this kernel has stored so far
         self.outer_vars = tuple(kernel.outer_vars)
         self.inner_vars = tuple(kernel.inner_vars)
@@ -492,19 +495,28 @@ class TritonKernelPrinter:
         return f"tl.{rtype}({value}, 1)"
 
     def finish(self, red: KernelReduction, result: str) -> None:
+        self.set_register(red, result)
+
+    def set_register(self, red: KernelReduction, result: str) -> None:
+        """``<name>_val``: the reduction's result as its fused consumers read it (fp16/bf16 rounded, as
+        eager's reduction outputs are); a bf16/fp16 result also keeps its storage value for stores."""
         name = f"{red.name}_val"
-        self.emit(f"{name} = {_register_value(result, red.dtype)}")
+        if red.dtype in LOW_PRECISION:
+            storage = f"{red.name}_storage"
+            self.emit(f"{storage} = {triton_ops.to_storage(f'({result}).to(tl.float32)', red.dtype)}")
+            self.emit(f"{name} = {storage}.to(tl.float32)")
+            self.storage_of[name] = storage
+        else:
+            self.emit(f"{name} = ({result}).to({compute_type(red.dtype)})")
         self.registers[red.name] = name
 
     def finish_welford(self, group: list[KernelReduction], mean: str, m2: str) -> None:
         for red in group:
-            name = f"{red.name}_val"
             if red.reduction_type == "welford_mean":
                 value = mean
             else:
                 value = f"{m2} / {float(max(self.rnumel - red.correction, 0))!r}"
-            self.emit(f"{name} = {_register_value(value, red.dtype)}")
-            self.registers[red.name] = name
+            self.set_register(red, value)
 
 
     # ---------------------------------------------------------- stores and loads
@@ -518,6 +530,9 @@ class TritonKernelPrinter:
         if body.dtype != plan.dtype or plan.dtype in LOW_PRECISION:
             if plan.dtype == torch.bool and body.dtype != torch.bool:
                 value = f"({value} != 0)"
+            elif plan.dtype in LOW_PRECISION and value in self.storage_of and \
+                    _exactly_low_precision(body) == plan.dtype:
+                value = self.storage_of[value]
             elif plan.dtype in LOW_PRECISION:
                 value = triton_ops.to_storage(value, plan.dtype)
             else:
@@ -660,6 +675,7 @@ class TritonKernelPrinter:
             if isinstance(node, Const):
                 self.scopes[-1][node] = literal(node.value, node.dtype)
                 continue
+            self._pending_storage = None
             text = self.render_node(node)
             if text.isidentifier():         # a cast that changes nothing: the same temporary
                 self.scopes[-1][node] = text
@@ -667,6 +683,8 @@ class TritonKernelPrinter:
             name = self.new_tmp()
             self.emit(f"{name} = {text}")
             self.scopes[-1][node] = name
+            if self._pending_storage is not None:
+                self.storage_of[name] = self._pending_storage
         return self.lookup(expr)
 
     def arg(self, node: Expr, all_const: bool) -> str:
@@ -691,7 +709,17 @@ class TritonKernelPrinter:
             exact = _exactly_low_precision(node.arg)
             if exact == node.dtype and node.arg.dtype in (node.dtype, torch.float32):
                 return value        # a bf16 value that went through fp32 and back
-            return triton_ops.cast(value, node.arg.dtype, node.dtype, exact == node.arg.dtype)
+            text = triton_ops.cast(value, node.arg.dtype, node.dtype, exact == node.arg.dtype)
+            widened = ".to(tl.float32)"
+            if (node.dtype in LOW_PRECISION or node.arg.dtype in LOW_PRECISION) and text.endswith(widened) \
+                    and text != f"{value}{widened}":
+                # the converted value gets a name of its own, which stores use as is: a store of
+                # x.to(bf16).to(fp32).to(bf16) made Triton 3.6 fold the round trip and reorder ops
+                # ("operand #0 does not dominate this use")
+                self._pending_storage = self.new_tmp()
+                self.emit(f"{self._pending_storage} = {text[:-len(widened)]}")
+                return f"{self._pending_storage}{widened}"
+            return text
         if isinstance(node, Op) and node.op == "check_index":
             return self.render_index_check(node)
         if isinstance(node, Op):
@@ -730,14 +758,6 @@ def _exactly_low_precision(expr: Expr) -> torch.dtype | None:
         if expr.dtype == torch.float32:      # widening rounds a bf16/fp16 value first (triton_ops.cast)
             return expr.arg.dtype if expr.arg.dtype in LOW_PRECISION else None
     return None
-
-
-def _register_value(result: str, dtype: torch.dtype) -> str:
-    """A reduction's result as its fused consumers read it: fp16/bf16 results rounded, as eager's
-    reduction outputs are (the same as a store then a load would give)."""
-    if dtype in LOW_PRECISION:
-        return triton_ops.cast(f"({result}).to(tl.float32)", torch.float32, dtype)
-    return f"({result}).to({compute_type(dtype)})"
 
 
 # ============================================================ build entry (backend.py calls this)
