@@ -432,9 +432,12 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
     if call["dropout_p"] != 0:
         raise CompileError("scaled_dot_product_attention with dropout cannot be re-run exactly for its "
                            "backward", stage="autodiff", op="scaled_dot_product_attention")
-    if call["enable_gqa"] or call["query"].device.type in ATEN_ATTENTION_BACKWARD_DEVICES:
+    if call["enable_gqa"] or call["query"].device.type in ATEN_ATTENTION_BACKWARD_DEVICES and \
+            call["attn_mask"] is None:
         # CUDA: eager's fused attention kernels, forward re-run then backward (one forward more,
-        # against fp32 matmuls and an (L, S) probability matrix per head here)
+        # against fp32 matmuls and an (L, S) probability matrix per head here).  Not with a mask:
+        # the forward drops a provably all-true one (lowering), the re-run could not, and SDPA
+        # with a bool mask runs its fp32 math path (BERT: 0.86x of eager -> 0.59x)
         return _fallback(F.scaled_dot_product_attention, grad, out, args, kwargs)
     q0, k0, v0, mask = call["query"], call["key"], call["value"], call["attn_mask"]
     q, k, v, g = ops.upcast(q0), ops.upcast(k0), ops.upcast(v0), ops.upcast(grad)
