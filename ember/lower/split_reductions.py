@@ -117,6 +117,8 @@ def _choose_split(node: ir.Reduction, policy: SplitPolicy) -> _Split | None:
         if i < len(chunks) and chunks[i] == size:
             continue
         reduced_sizes.append(size // chunks[i] if i < len(chunks) else size)
+    if not reduced_sizes:
+        return None     # every reduced dim became a chunk dim (many tiny dims): nothing left to split off
     rest = ir.make_vars("r", reduced_sizes)
     mapping: dict = {old: ir.index(new) for old, new in zip(node.vars, kept)}
     rest_iter = iter(rest)

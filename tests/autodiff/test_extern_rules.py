@@ -301,7 +301,10 @@ def test_scaled_dot_product_attention(case, aten_backward, monkeypatch):
     if aten_backward:
         monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
     inputs, make = case
-    check(F.scaled_dot_product_attention, inputs, make, atol=1e-4, rtol=1e-4, min_grads=3)
+    built = check(F.scaled_dot_product_attention, inputs, make, atol=1e-4, rtol=1e-4, min_grads=3)
+    reruns = [n for n in built.graph.call_nodes() if isinstance(n.target, extern_rules.AutogradBackward)]
+    masked = len(inputs) > 3
+    assert bool(reruns) == (aten_backward and not masked), "the backward took the other path"
 
 
 def test_scaled_dot_product_attention_gqa_falls_back():
