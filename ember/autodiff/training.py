@@ -244,7 +244,9 @@ def _in_layout(value: Any, meta: Any) -> Any:
     """A saved tensor in the layout the backward was compiled for (a copy only if it differs)."""
     if not isinstance(value, torch.Tensor) or not isinstance(meta, TensorMeta):
         return value
-    if value.numel() <= 1 or all(size == 1 or a == b for size, a, b in zip(meta.shape, value.stride(), meta.stride)):
+    strides = value.stride()
+    if strides == tuple(meta.stride) or value.numel() <= 1 or \
+            all(size == 1 or a == b for size, a, b in zip(meta.shape, strides, meta.stride)):
         return value        # strides of size-1 dims never enter an address (a pooled (N, C, 1, 1))
     copy = torch.empty_strided(meta.shape, meta.stride, dtype=value.dtype, device=value.device)
     return copy.copy_(value)
