@@ -524,7 +524,7 @@ class AutogradBackward:
 
 def _fresh(grad: torch.Tensor | None, like: torch.Tensor, given: set[int]) -> torch.Tensor:
     """A contiguous gradient in memory of its own (autograd may hand back grad_outputs itself)."""
-    if grad is None:
+    if grad is None or grad._is_zerotensor():     # autograd's storage-less zeros (sgn of a real input)
         return torch.zeros(like.shape, dtype=like.dtype, device=like.device)
     grad = grad.contiguous()
     return grad.clone() if grad.untyped_storage().data_ptr() in given else grad

@@ -183,7 +183,25 @@ def meta_call(target: Any, args: tuple, kwargs: dict,
         raise CompileError(f"cannot infer the output shape of {target_name(target)}: {error}",
                            stage="prims", op=target_name(target), source_line=current().source_line or "",
                            hint="the op has no meta-device kernel; it needs a decomposition") from error
-    return out, given
+    return _as_device_kernels_return(target, args, kwargs, out), given
+
+
+_BATCH_NORM_STATS = ("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training")
+
+
+def _as_device_kernels_return(target: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+    """Where a meta kernel's shapes differ from the device kernel's: outside training, the CPU
+    batch norm kernels return empty saved statistics, their meta kernels (C,) ones."""
+    name = target_name(target)
+    if name.split(".")[0] not in _BATCH_NORM_STATS or name.endswith("no_stats") or not args or \
+            not is_tensor(args[0]) or args[0].meta.device.type != "cpu":
+        return out
+    training = False if name.startswith("_native_batch_norm_legit_no_training") else \
+        kwargs.get("training", args[5] if len(args) > 5 else True)
+    if training:
+        return out
+    empty = [o.new_empty((0,)) for o in out[1:3]]
+    return (out[0], *empty, *out[3:])
 
 
 def concrete_meta_tensor(meta: TensorMeta) -> torch.Tensor:

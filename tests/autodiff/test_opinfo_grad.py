@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from opinfo_batch import _call, _placeholder_maker, _tensors_of, op_id  # noqa: E402
 
-from ember.graph import Graph  # noqa: E402
+from ember.graph import Graph, TensorMeta  # noqa: E402
 
 SAMPLES_PER_OP = 2
 OPS_PER_BATCH = 16
@@ -44,16 +44,6 @@ SUMMARY_PATH = os.environ.get("EMBER_OPINFO_GRAD_SUMMARY", "/tmp/ember_opinfo_gr
 
 # (op id) -> why it fails today (xfail; a pass then fails, so that the entry is removed)
 KNOWN_FAILURES: dict[str, str] = {
-    'native_layer_norm': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    'native_batch_norm': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    '_native_batch_norm_legit': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    '_batch_norm_with_update': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    'lu_unpack': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    'linalg.lu': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    'sign': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    'fill': "this test's hand-built graph carries no capture metas, which say which outputs eager marks (non-)differentiable; through ember.compile the flags match eager (test_training_semantics)",
-    'sgn': 'the generic autograd rule reads the storage of a storage-less zero gradient (extern_rules._fresh)',
-    'norm': "p=0 outputs need capture metas, and sample #1 raises TypeError: 'int' object is not iterable",
 }
 
 
@@ -75,6 +65,7 @@ class GradCase:
         self.returns_sequence = isinstance(_call(info.op, sample, self.tensors_copy()), (tuple, list))
         self.outputs = [_detach(o) for o in outputs]
         self.requires_grad = [isinstance(o, torch.Tensor) and o.requires_grad for o in outputs]
+        self.output_metas = [TensorMeta.of(o) if isinstance(o, torch.Tensor) else None for o in outputs]
         self.grads = gradients(outputs, self.weights, tensors)
 
     @property
@@ -199,6 +190,10 @@ def batched_graph(cases: list[GradCase]) -> tuple[Graph, list[torch.Tensor], lis
             outputs.append(out)
         else:
             outputs.extend(g.call(operator.getitem, (out, i)) for i in range(len(case.weights)))
+        # metas as capture records them: they say whether eager's outputs require grad
+        out.meta = tuple(case.output_metas) if case.returns_sequence else case.output_metas[0]
+        for node, meta in zip(outputs[start:], case.output_metas):
+            node.meta = meta
         out_slices.append(slice(start, len(outputs)))
         in_slices.append(slice(first_input, len(inputs)))
     g.output(tuple(outputs))

@@ -375,6 +375,18 @@ def test_eval_mode_under_grad():
     assert_compiled()
 
 
+@pytest.mark.parametrize("op", ["native_batch_norm", "_native_batch_norm_legit"])
+def test_aten_batch_norm_in_eval_mode_returns_empty_saved_stats_on_cpu(op):
+    # the CPU kernel returns (0,)-shaped saved statistics outside training; the meta kernel (C,)
+    def f(x, w, b, running_mean, running_var):
+        return getattr(torch, op)(x, w, b, running_mean, running_var, False, 0.1, 1e-5)
+
+    stats = [torch.rand(3), torch.rand(3) + 0.5]
+    (out_e, _), (out_c, _) = check_fn(f, [leaf(4, 3, 5), leaf(3), leaf(3)] + stats)
+    assert [tuple(o.shape) for o in out_c] == [tuple(o.shape) for o in out_e] == [(4, 3, 5), (0,), (0,)]
+    assert_compiled()
+
+
 def test_inference_outside_no_grad_without_backward():
     eager, compiled, orig = model_pair(Small())
     for _ in range(3):
