@@ -224,11 +224,11 @@ def _warn_at_user_line(message: str, source_line: str) -> None:
         warnings.warn(message, CompileFallbackWarning, stacklevel=3)
 
 
-def _fallback_message(backend_name: str, error: CompileError, graph: Graph) -> str:
+def _fallback_message(backend_name: str, error: CompileError, graph: Graph, what: str = "this graph") -> str:
     where = error.source_line or _first_source_line(graph) or "an unknown line"
     stage = error.stage or "backend"
     reason = str(error.args[0]).split("\n")[0] if error.args else type(error).__name__
-    return (f"ember: {where}: cannot compile this graph (stage: {stage}, backend {backend_name!r}): {reason}; "
+    return (f"ember: {where}: cannot compile {what} (stage: {stage}, backend {backend_name!r}): {reason}; "
             f"running it eagerly (fallback). Pass options={{'fallback': 'error'}} or fullgraph=True to get "
             f"an error instead.")
 

@@ -137,9 +137,25 @@ class TrainingStep:
                     specs = [s if isinstance(s, TensorMeta) else type(v)
                              for s, v in zip(self.saved_metas, saved)]
                     specs += [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
-                    self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
-                    self._backward = self.backward_compiled.call
+                    try:
+                        self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
+                        self._backward = self.backward_compiled.call
+                    except Exception as exc:  # noqa: BLE001 - the forward already ran: never fail the step
+                        self._backward = self._uncompiled_backward(exc)
         return self._backward
+
+    def _uncompiled_backward(self, exc: Exception) -> Any:
+        """The backward graph run op by op (each primitive's reference implementation), after its
+        compilation failed: the same gradients, slower.  fallback="error" and fullgraph raise."""
+        from ember.api import _fallback_message, _first_source_line, _warn_at_user_line
+        from ember.errors import CompileError
+        error = exc if isinstance(exc, CompileError) else CompileError(
+            f"internal error: {type(exc).__name__}: {exc}", stage="backend")
+        if self.options.fallback == "error" or self.options.fullgraph:
+            raise error from (None if error is exc else exc)
+        _warn_at_user_line(_fallback_message("ember", error, self.torch_graph, "this graph's backward"),
+                           error.source_line or _first_source_line(self.torch_graph))
+        return self.backward_graph.as_callable()
 
     def eager_graph(self) -> Any:
         if self._eager is None:

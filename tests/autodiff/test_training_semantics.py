@@ -468,3 +468,35 @@ def test_double_backward_create_graph():
             return
         results[name] = (out, gx, gw2)
     assert_close(results["ember"], results["eager"], "double backward")
+
+
+def _failing_backward_compile(monkeypatch):
+    """compile_prim_graph raises for backward graphs (their placeholders are saved values and
+    tangents), as a Triton or g++ failure at the first backward would."""
+    import ember.backend
+    from ember.errors import CompileError
+    real = ember.backend.compile_prim_graph
+
+    def compile_prim_graph(graph, specs, options):
+        if any(p.name.startswith("tangent") for p in graph.placeholders):
+            raise CompileError("the kernel compiler failed", stage="runtime")
+        return real(graph, specs, options)
+    monkeypatch.setattr(ember.backend, "compile_prim_graph", compile_prim_graph)
+
+
+def test_backward_that_fails_to_compile_runs_its_graph_uncompiled(monkeypatch):
+    _failing_backward_compile(monkeypatch)
+
+    def f(x, w):
+        return torch.nn.functional.gelu(x @ w).softmax(-1) * x.sum()
+
+    with pytest.warns(UserWarning, match="cannot compile this graph's backward .*kernel compiler failed"):
+        check_fn(f, [leaf(5, 4), leaf(4, 4)], compiled_fn=compile_plain(f))
+
+
+def test_backward_that_fails_to_compile_raises_with_fallback_error(monkeypatch):
+    _failing_backward_compile(monkeypatch)
+    compiled = compile_strict(lambda x: (x.sin() * 2).sum())
+    loss = compiled(leaf(6))
+    with pytest.raises(Exception, match="kernel compiler failed"):
+        loss.backward()
