@@ -1,8 +1,8 @@
 """Split reductions: a reduction with few output rows and a long reduced range becomes two.
 
     y[c] = sum over (n, h, w) of x[n, c, h, w]          64 rows of 802816 elements
- ->  partial[c, n, s] = sum over (h', w) of x[n, c, 14 s + h', w]      (64 * 64 * 8 rows of 1568)
-     y[c] = sum over (n, s) of partial[c, n, s]
+ ->  partial[n, s, c] = sum over (h', w) of x[n, c, 14 s + h', w]      (64 * 8 * 64 rows of 1568)
+     y[c] = sum over (n, s) of partial[n, s, c]
 
 A GPU kernel runs one program per row (or per block of 64 rows when the reduced dim is strided),
 so the first form keeps one or a few of the 132 SMs busy: BatchNorm's statistics in training
@@ -82,7 +82,7 @@ def split_reductions(program: ir.LoopProgram, device_type: str) -> ir.LoopProgra
 class _Split:
     chunks: tuple[int, ...]     # sizes of the new kept dims (the leading reduced dims, or parts of them)
     mapping: dict               # old reduction var -> index in the partial's vars
-    partial_vars: tuple         # the partial's kept vars: the node's own, then one per chunk dim
+    partial_vars: tuple         # the partial's kept vars: one per chunk dim, then the node's own
     rest_vars: tuple            # what the partial still reduces
 
     @property
@@ -111,7 +111,9 @@ def _choose_split(node: ir.Reduction, policy: SplitPolicy) -> _Split | None:
         wanted = 1
     if math.prod(chunks) < 2:
         return None
-    kept = ir.make_vars("x", node.shape + tuple(chunks))
+    # chunk dims first: the node's own kept dims vary fastest across a program's rows, so a
+    # column reduction's rows stay adjacent in memory (channels-last statistics, bias gradients)
+    kept = ir.make_vars("x", tuple(chunks) + node.shape)
     reduced_sizes = []
     for i, size in enumerate(node.reduction_shape):
         if i < len(chunks) and chunks[i] == size:
@@ -120,11 +122,11 @@ def _choose_split(node: ir.Reduction, policy: SplitPolicy) -> _Split | None:
     if not reduced_sizes:
         return None     # every reduced dim became a chunk dim (many tiny dims): nothing left to split off
     rest = ir.make_vars("r", reduced_sizes)
-    mapping: dict = {old: ir.index(new) for old, new in zip(node.vars, kept)}
+    mapping: dict = {old: ir.index(new) for old, new in zip(node.vars, kept[len(chunks):])}
     rest_iter = iter(rest)
     for i, old in enumerate(node.reduction_vars):
         if i < len(chunks):
-            chunk_var = ir.index(kept[len(node.shape) + i])
+            chunk_var = ir.index(kept[i])
             mapping[old] = chunk_var if chunks[i] == old.size else chunk_var * (old.size // chunks[i]) + ir.index(next(rest_iter))
         else:
             mapping[old] = ir.index(next(rest_iter))
@@ -138,7 +140,7 @@ def _partial_dtype(dtype: torch.dtype, reduction_type: str) -> torch.dtype:
 
 
 def _partial(node: ir.Reduction, split: _Split, name: str, reduction_type: str, dtype: torch.dtype) -> ir.Reduction:
-    return ir.Reduction(name, node.shape + split.chunks, dtype, split.partial_vars, split.rest_vars,
+    return ir.Reduction(name, split.chunks + node.shape, dtype, split.partial_vars, split.rest_vars,
                         reduction_type, ir.substitute(node.body, split.mapping), 0.0, f"{node.source} (split, stage 1)")
 
 
@@ -147,7 +149,7 @@ def _combine(node: ir.Reduction, split: _Split, name: str, reduction_type: str, 
     """A reduction over the chunk dims; ``body_of(load)`` builds the body from a partial's loader."""
     kept = ir.make_vars("x", node.shape)
     over = ir.make_vars("r", split.chunks)
-    index = tuple(ir.index(v) for v in kept + over)
+    index = tuple(ir.index(v) for v in over + kept)
     body = body_of(lambda partial: Load(partial.name, index, partial.dtype), tuple(ir.index(v) for v in kept))
     return ir.Reduction(name, node.shape, dtype, kept, over, reduction_type, body, 0.0, f"{node.source} (split, stage 2)")
 

@@ -124,3 +124,28 @@ def test_split_reductions_off_by_config(monkeypatch):
     x = torch.randn(8, 3, 16, 12)
     torch.testing.assert_close(ember.compile(channel_stats, backend=backend)(x), channel_stats(x), rtol=1e-5, atol=1e-4)
     assert "stage 1" not in sources[0]
+
+
+@pytest.mark.parametrize("fn, make, columns", [
+    (channel_stats, stats_inputs(channels_last=True), 3),
+    (column_sums, lambda: (torch.randn(4, 128, 6),), 6)], ids=["channels_last", "column_sums"])
+def test_partials_of_a_column_reduction_keep_rows_adjacent(fn, make, columns):
+    """The partial's kept dims put the chunks first, so that the rows a Triton program reduces
+    together are adjacent in memory and get the column form (many rows, a short reduced block),
+    not chunks of one channel far apart."""
+    pytest.importorskip("triton")
+    sources = []
+
+    def backend(graph, example_inputs):
+        compiled = compile_graph(graph, example_inputs, options={"cpu_backend": "triton"})
+        sources.append(compiled.source)
+        return compiled
+    ember.compile(fn, backend=backend)(*make())
+    kernels = sources[0].split("# ---- kernels")[1].split("@triton.jit")
+    stage1 = [k for k in kernels if "(split, stage 1)" in k]
+    assert stage1
+    for kernel in stage1:
+        outer = kernel.split("# loops: outer [")[1].split("]")[0]
+        assert int(outer.split(",")[-1]) == columns, kernel
+        rblock = int(kernel.split("RBLOCK=")[1].split(" ")[0].rstrip(","))
+        assert rblock <= 64, kernel
