@@ -202,6 +202,10 @@ class Index:
         if len(rest.terms) == 1 and rest.const == 0 and rest.terms[0][1] == 1 and isinstance(rest.terms[0][0], FloorDiv):
             inner = rest.terms[0][0]
             return quotient + inner.arg // (inner.divisor * d)
+        if len(rest.terms) == 1 and rest.const == 0 and rest.terms[0][1] == 1 and \
+                isinstance(rest.terms[0][0], ModIndex) and rest.terms[0][0].divisor % d == 0:
+            inner = rest.terms[0][0]       # (a % (k d)) // d is (a // d) % k: one form for both
+            return quotient + (inner.arg // d) % (inner.divisor // d)
         common = rest._common_factor(d)
         if common is not None:
             big, g = common
@@ -271,7 +275,11 @@ def _merge_div_mod(merged: dict[Atom, int]) -> int:
         for atom, coeff in list(merged.items()):
             if not isinstance(atom, ModIndex) or coeff == 0:
                 continue
-            quotient = FloorDiv(atom.arg, atom.divisor)
+            # the quotient as the // operator normalizes it: ((p // 56) % 56) pairs with p // 3136
+            normalized = atom.arg // atom.divisor
+            if len(normalized.terms) != 1 or normalized.const != 0 or normalized.terms[0][1] != 1:
+                continue
+            quotient = normalized.terms[0][0]
             if merged.get(quotient, 0) != coeff * atom.divisor:
                 continue
             del merged[atom], merged[quotient]
