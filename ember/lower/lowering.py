@@ -382,7 +382,40 @@ class _Lowering:
         if base is not None and body.dtype == base.dtype and \
                 ir.strided_layout(body.index, vars_, base.shape, _assumed_strides(base, self.layouts)) is not None:
             return ir.BufferView(base.name, value.shape, body.index, vars_)
+        stride = self.strides_following_reads(body, vars_)
+        if stride is not None:      # the Extern takes any strides (a transposed matmul operand)
+            return ir.BufferRef(self.copy_for_extern(value, node, stride).node_name)
         return ir.BufferRef(self.materialize(value, node).node_name)
+
+    def strides_following_reads(self, body: Expr, vars_: tuple[ir.Var, ...]) -> tuple[int, ...] | None:
+        """Dense strides for a copy of ``body`` whose innermost dim is the one its reads walk
+        contiguously, when that is not already the last dim; else None.  A row-major copy of a
+        transposed value reads with a stride and writes contiguously: ViT's qkv weight gradient
+        (grad^T, gathered from the attention's dq, dk, dv) copied at 14 GB/s on an H100."""
+        votes: dict[ir.Var, int] = {}
+        origin = {v: ir.const_index(0) for v in vars_}
+        for load in ir.loads(body):
+            base = self.nodes.get(load.buffer)
+            if base is None:
+                continue
+            strides = _assumed_strides(base, self.layouts)
+            flat = ir.const_index(0)
+            for idx, size, stride in zip(load.index, base.shape, strides):
+                flat = flat + idx * int(stride) if size != 1 else flat
+            start = flat.substitute(origin)
+            for var in vars_:
+                step = flat.substitute({**origin, var: ir.const_index(1)}) if var.size > 1 else None
+                if step is not None and step.is_constant() and start.is_constant() and step.const - start.const == 1:
+                    votes[var] = votes.get(var, 0) + 1
+        if not votes:
+            return None
+        inner = max(votes, key=lambda v: (votes[v], vars_.index(v)))
+        last = next((v for v in reversed(vars_) if v.size > 1), None)
+        if inner is last or votes.get(last, 0) >= votes[inner]:
+            return None
+        shape = tuple(v.size for v in vars_)
+        order = [i for i, v in enumerate(vars_) if v is not inner] + [vars_.index(inner)]
+        return _dense_like(shape, tuple(len(order) - order.index(d) for d in range(len(shape))))
 
     def materialize(self, value: TensorValue, node: Node | None = None, name: str | None = None) -> TensorValue:
         """A value that is a loop node itself (views get a copy node the scheduler may fuse)."""

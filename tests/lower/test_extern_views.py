@@ -51,6 +51,19 @@ def test_weight_gradient_of_a_channels_last_activation_reads_it_as_a_view():
     assert "view copy" not in compiled.source and compiled.stats["kernel_count"] == 0, compiled.source
 
 
+def test_a_copy_for_an_extern_is_laid_out_along_its_reads():
+    """A matmul operand that is no view (heads merged, then transposed: ViT's qkv weight gradient)
+    is copied with its innermost dim the one the reads walk (head_dim), so the copy reads and writes
+    contiguously; the matmul takes the copy transposed."""
+    batch, heads, tokens, dim = 2, 3, 5, 4
+    av, bv, xv = torch.randn(batch, heads, tokens, dim), torch.randn(batch, heads, tokens, dim), torch.randn(10, 7)
+    b = PrimGraphBuilder()
+    a, bb, x = b.input("a", av), b.input("b", bv), b.input("x", xv)
+    merged = b.reshape(b.permute(b.add(b.exp(a), bb), (0, 2, 1, 3)), (batch * tokens, heads * dim))
+    compiled = run_and_compare(b.build([extern(b, torch.mm, b.permute(merged, (1, 0)), x)]), [av, bv, xv])
+    assert "torch.empty_strided((12, 10), (1, 12)" in compiled.source, compiled.source
+
+
 def test_linear_weight_and_attention_heads_are_views_not_copies():
     batch, seq, heads, dim = 2, 8, 2, 16
     width = heads * dim
@@ -84,7 +97,8 @@ def test_non_strided_view_argument_is_copied():
     y = b.reshape(b.permute(x, (0, 2, 1)), (32, 6))
     compiled = run_and_compare(b.build([extern(b, torch.mm, y, w)]), [xv, wv])
     assert compiled.stats == {"kernel_count": 1, "extern_count": 1}
-    assert "view copy" in compiled.source
+    # the copy is laid out along its reads: x's last dim (8) innermost
+    assert "layout copy for an extern" in compiled.source and "empty_strided((32, 6), (1, 32)" in compiled.source
 
 
 def test_extern_of_a_lambda_gets_a_valid_wrapper_name():
