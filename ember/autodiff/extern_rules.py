@@ -26,7 +26,7 @@ from ember.errors import CompileError
 from ember.graph import TensorMeta, contiguous_strides, target_name, tree_leaves, tree_map
 from ember.prims import ops
 from ember.prims import primitives as P
-from ember.prims.values import Value, emit_with_meta, is_tensor
+from ember.prims.values import Value, constant_tensor, emit_with_meta, is_tensor
 
 F = torch.nn.functional
 T = torch.Tensor
@@ -432,12 +432,16 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
     if call["dropout_p"] != 0:
         raise CompileError("scaled_dot_product_attention with dropout cannot be re-run exactly for its "
                            "backward", stage="autodiff", op="scaled_dot_product_attention")
+    if _all_true(call["attn_mask"]):
+        # a mask built from constants that is True everywhere (HF's bidirectional mask without
+        # padding): the forward's lowering drops it too, and the fused kernels run without one
+        args, kwargs = _without_mask(args, kwargs)
+        call = _Call(_signature(_sdpa), args, kwargs)
     if call["enable_gqa"] or call["query"].device.type in ATEN_ATTENTION_BACKWARD_DEVICES and \
             call["attn_mask"] is None:
         # CUDA: eager's fused attention kernels, forward re-run then backward (one forward more,
         # against fp32 matmuls and an (L, S) probability matrix per head here).  Not with a mask:
-        # the forward drops a provably all-true one (lowering), the re-run could not, and SDPA
-        # with a bool mask runs its fp32 math path (BERT: 0.86x of eager -> 0.59x)
+        # SDPA with a bool mask re-run here took its fp32 math path (BERT: 0.86x of eager -> 0.59x)
         return _fallback(F.scaled_dot_product_attention, grad, out, args, kwargs)
     q0, k0, v0, mask = call["query"], call["key"], call["value"], call["attn_mask"]
     q, k, v, g = ops.upcast(q0), ops.upcast(k0), ops.upcast(v0), ops.upcast(grad)
@@ -455,6 +459,19 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
     return call.result(**{name: None if grads[name] is None else
                           ops.cast(_sum_to(grads[name], originals[name].shape), originals[name].dtype)
                           for name in grads})
+
+
+def _all_true(mask: Any) -> bool:
+    if not is_tensor(mask) or mask.dtype != torch.bool:
+        return False
+    value = constant_tensor(mask)
+    return value is not None and bool(value.all())
+
+
+def _without_mask(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if "attn_mask" in kwargs:
+        return args, {**kwargs, "attn_mask": None}
+    return tuple(args[:3]) + (None,) + tuple(args[4:]), kwargs
 
 
 def _attention_probs(q: Value, k: Value, mask: Any, is_causal: bool, scale: Any) -> Value:

@@ -230,3 +230,37 @@ def _metas_of(out: Any, device: torch.device) -> Any:
     if isinstance(out, (tuple, list)):
         return tuple(_metas_of(o, device) for o in out)
     return None
+
+
+class _NotConstant(Exception):
+    pass
+
+
+def constant_tensor(value: Value, max_elements: int = 1 << 24) -> torch.Tensor | None:
+    """The value of a tensor computed from constants only (iota, full, comparisons, views), by
+    the prims' reference implementations on the CPU; None where it depends on an input, an
+    Extern or randomness, or where an intermediate has more than ``max_elements`` elements."""
+    memo: dict[Node, Any] = {}
+
+    def evaluate(node: Node) -> Any:
+        if node in memo:
+            return memo[node]
+        if node.op != "call" or not isinstance(node.target, Prim) or node.target.kind == "random":
+            raise _NotConstant
+        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+        if any(isinstance(m, TensorMeta) and m.numel() > max_elements for m in metas):
+            raise _NotConstant
+        load = lambda a: evaluate(a) if isinstance(a, Node) else _on_cpu(a)  # noqa: E731
+        memo[node] = result = node.target(*tree_map(load, node.args), **tree_map(load, node.kwargs))
+        return result
+    try:
+        result = evaluate(value.node)
+    except _NotConstant:
+        return None
+    return result if isinstance(result, torch.Tensor) else None
+
+
+def _on_cpu(value: Any) -> Any:
+    if isinstance(value, torch.device) and value.type != "cpu":
+        return torch.device("cpu")
+    return value

@@ -307,6 +307,40 @@ def test_scaled_dot_product_attention(case, aten_backward, monkeypatch):
     assert bool(reruns) == (aten_backward and not masked), "the backward took the other path"
 
 
+@pytest.mark.parametrize("all_true", [True, False])
+def test_attention_with_a_constant_all_true_mask_reruns_without_it(all_true, monkeypatch):
+    """HF's bidirectional mask without padding (arange(n) >= 0, expanded): True everywhere and
+    built from constants, so the backward re-runs the fused kernels without a mask, as the
+    forward's lowering runs them.  A mask that is not all true keeps the prims form."""
+    import ember
+    from ember.autodiff import extern_rules
+    from ember.backend import compile_graph
+    monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
+    compiled_graphs = []
+
+    def backend(graph, example_inputs):
+        compiled_graphs.append(compile_graph(graph, example_inputs, {"fallback": "error"}))
+        return compiled_graphs[-1]
+
+    def attention(q, k, v):
+        length = q.shape[-2]
+        keep = torch.arange(length) >= (0 if all_true else 2)
+        mask = keep[None, None, None, :].expand(q.shape[0], 1, length, length)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    inputs = [randn(2, 3, 6, 8) for _ in range(3)]
+    eager_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    ember_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    weight = torch.rand(2, 3, 6, 8)
+    (attention(*eager_inputs) * weight).sum().backward()
+    out = ember.compile(attention, backend=backend)(*ember_inputs)
+    (out * weight).sum().backward()
+    for a, e in zip(ember_inputs, eager_inputs):
+        torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
+    step = compiled_graphs[0].call
+    reruns = [n for n in step.backward_graph.call_nodes() if isinstance(n.target, extern_rules.AutogradBackward)]
+    assert bool(reruns) == all_true, "the backward took the other path"
+
+
 def test_scaled_dot_product_attention_gqa_falls_back():
     inputs, make = _sdpa_case((1, 4, 5, 8), (1, 2, 5, 8), (1, 2, 5, 8), enable_gqa=True)
     check(F.scaled_dot_product_attention, inputs, make, atol=1e-4, rtol=1e-4, min_grads=3)
