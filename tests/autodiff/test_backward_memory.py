@@ -1,15 +1,38 @@
-"""Peak memory of a compiled backward, measured from its Schedule (no timing, no allocator).
+"""Peak memory of compiled training, against eager PyTorch.
 
-The backward recomputes cheap values (BatchNorm+ReLU outputs, ReLU masks) from saved ones.  Each
-recomputation must run near its first use: when they all ran at the start of the backward, a
-ResNet's backward held every layer's activations at once and peaked at twice eager's memory.
+Two measurements:
+
+* ``peak_live_bytes(schedule)``: the most bytes of buffers a compiled program makes that are alive
+  at once, from its Schedule and the wrapper's ``del``s (no allocator).  Used for the backward alone.
+* ``step_peak_bytes(fn)``: the peak of the CPU allocator's live bytes during one training step
+  (forward, loss, backward), relative to the bytes live when the step starts, from the profiler's
+  allocation and free events (``profile_memory=True``).  The model's parameters and the input are
+  allocated before the step and not counted; everything the step allocates is, for eager and
+  ember alike: saved activations, intermediates, workspaces of the Externs (convolutions, mm),
+  gradients.  This is the CPU counterpart of ``torch.cuda.max_memory_allocated`` around a step.
+  Eager frees each op's saved tensors as the backward passes it; ember keeps every saved tensor
+  until its whole backward returns (the autograd.Function's ``ctx``), so it must save less.
+
+The backward recomputes cheap values (BatchNorm+ReLU outputs, ReLU masks, a pointwise model's
+whole blocks) from saved ones.  Each recomputation must run near its first use: when they all ran
+at the start of the backward, a ResNet's backward held every layer's activations at once and
+peaked at twice eager's memory; when the scheduler fused every row-wise step of a backward
+without Externs into one kernel, that kernel stored the inputs of every block's parameter
+gradients at once (2.6x eager).
 """
 from __future__ import annotations
 
 import copy
+import json
+import math
+from pathlib import Path
 
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
+from models import make_bert_layer, make_resnet
+from torch.profiler import ProfilerActivity, profile
 from training_util import assert_same_grads
 
 import ember
@@ -103,3 +126,115 @@ def test_recomputed_activations_live_near_their_use():
     # whatever the depth: about 6 here.  Recomputing every layer's ReLU output and mask at the start
     # of the backward costs more than 2 activations per layer (18 here).
     assert peak <= 8 * activation, f"backward peak {peak} bytes = {peak / activation:.1f} activations"
+
+
+# ------------------------------------------------------------------ whole training step vs eager
+
+
+def step_peak_bytes(step, tmp_path: Path) -> int:
+    """Peak bytes the CPU allocator holds during ``step()`` beyond what it held before."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("name") == "[memory]"]
+    events.sort(key=lambda e: (e["ts"], e["args"]["Ev Idx"]))
+    live = peak = 0
+    for event in events:
+        live += event["args"]["Bytes"]
+        peak = max(peak, live)
+    return peak
+
+
+class PointwiseBlock(nn.Module):
+    """The benchmark zoo's "pointwise" block: LayerNorm -> GELU -> bias/scale chains ->
+    SiLU*sigmoid -> RMSNorm -> softmax, all row-wise (no matmul)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.b1 = nn.Parameter(0.1 * torch.randn(d))
+        self.s1 = nn.Parameter(1.0 + 0.1 * torch.randn(d))
+        self.b2 = nn.Parameter(0.1 * torch.randn(d))
+        self.b3 = nn.Parameter(0.1 * torch.randn(d))
+        self.rms_w = nn.Parameter(1.0 + 0.1 * torch.randn(d))
+        self.b4 = nn.Parameter(0.1 * torch.randn(d))
+        self.temp = 1.0 / math.sqrt(d) * 8.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln(x)
+        h = F.gelu(h + self.b1)
+        h = h * self.s1 + self.b2
+        h = F.silu(h) * torch.sigmoid(h + self.b3)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.rms_w
+        p = torch.softmax(h * self.temp, dim=-1)
+        return x + h + p * self.b4
+
+
+def make_pointwise() -> tuple[nn.Module, tuple]:
+    torch.manual_seed(0)
+    return nn.Sequential(PointwiseBlock(256), PointwiseBlock(256)), (torch.randn(2, 128, 256),)
+
+
+def _step_peaks(model: nn.Module, inputs: tuple, tmp_path: Path) -> tuple[int, int]:
+    """(eager, ember) peak bytes of a warm training step, after checking ember's gradients."""
+    model_c = copy.deepcopy(model)
+    COMPILED.clear()
+    compiled = ember.compile(model_c, backend="ember_recording_memory", options={"fallback": "error"})
+
+    def step(module):
+        return lambda: module(*inputs).pow(2).mean().backward()
+
+    step(compiled)()
+    step(model)()
+    assert [c.kind for c in COMPILED] == ["autograd"]
+    assert_same_grads(model_c, model, type(model).__name__)
+    peaks = []
+    for module, m in ((model, model), (compiled, model_c)):
+        for p in m.parameters():
+            p.grad = None
+        peaks.append(step_peak_bytes(step(module), tmp_path))
+    return peaks[0], peaks[1]
+
+
+def test_pointwise_training_step_peak_at_most_eager(tmp_path):
+    # Before: the backward's one row kernel stored ~56 activations (every block's recomputed
+    # forward and parameter-gradient inputs), 2.6x eager's peak.  Now about 0.7x.
+    eager, compiled = _step_peaks(*make_pointwise(), tmp_path)
+    assert compiled <= eager, f"ember {compiled} bytes, eager {eager} bytes ({compiled / eager:.2f}x)"
+
+
+@pytest.mark.parametrize("make, bound", [(lambda: make_resnet(batch=4, size=64), 1.10),
+                                         (lambda: make_bert_layer(batch=4, seq=128), 1.25)],
+                         ids=["resnet", "bert_layer"])
+def test_training_step_peak_near_eager(make, bound, tmp_path):
+    """Within ``bound`` of eager (the known excess is asserted so it cannot grow unnoticed).
+
+    What is left: ember's backward holds every saved tensor until it returns (eager frees them
+    layer by layer), so the ResNet's stem backward runs beside every layer's saved activations;
+    BERT's attention saves softmax's x - max(x) (its VJP reads exp(x - max), not the output),
+    so the forward holds the scores, x - max and the probabilities at once."""
+    eager, compiled = _step_peaks(*make(), tmp_path)
+    assert compiled <= bound * eager, f"ember {compiled} bytes, eager {eager} bytes ({compiled / eager:.2f}x)"
+
+
+@pytest.mark.xfail(strict=True, reason="saved tensors live through the whole compiled backward; "
+                                       "BERT's attention saves x - max(x) beside the probabilities")
+@pytest.mark.parametrize("make", [lambda: make_resnet(batch=4, size=64), lambda: make_bert_layer(batch=4, seq=128)],
+                         ids=["resnet", "bert_layer"])
+def test_training_step_peak_at_most_eager(make, tmp_path):
+    eager, compiled = _step_peaks(*make(), tmp_path)
+    assert compiled <= eager, f"ember {compiled} bytes, eager {eager} bytes ({compiled / eager:.2f}x)"
+
+
+def test_forward_computes_pooling_indices_beside_the_pooling():
+    """The max-pooling VJP asks the forward for the pooling's indices.  That node is made after the
+    whole forward in joint order; run there, it kept the stem's activation (the largest) alive
+    through every layer: 4.4 stem activations at the forward's peak, 3.5 now."""
+    model, inputs = make_resnet(batch=4, size=64)
+    COMPILED.clear()
+    compiled = ember.compile(model, backend="ember_recording_memory", options={"fallback": "error"})
+    compiled(*inputs)
+    stem_activation = 4 * 8 * 32 * 32 * 4
+    peak = peak_live_bytes(COMPILED[0].schedule)
+    assert peak <= 4 * stem_activation, f"forward peak {peak / stem_activation:.1f} stem activations"
