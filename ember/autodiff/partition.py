@@ -54,7 +54,7 @@ def partition(joint: Joint) -> Partition:
     read_by_backward = _read_by(backward_only, grad_outputs, set(primal_values))
     written = {joint.primals[p] for p, _ in graph.extra.get("mutated_inputs", [])}
     saved = _min_cut(primal_values, read_by_backward, forward_outputs, written)
-    forward = _extract(graph, joint.primals, forward_outputs + saved, "forward")
+    forward = _extract(graph, joint.primals, forward_outputs + saved, "forward", made_by_vjp=backward_only)
     forward.extra = dict(graph.extra)
     backward = _extract(graph, saved + joint.tangents, grad_outputs, "backward", anchors=backward_only)
     return Partition(forward, backward, saved)
@@ -220,14 +220,19 @@ class _FlowNetwork:
 
 
 def _extract(graph: Graph, inputs: list[Node], outputs: list[Any], name: str,
-             anchors: set[Node] | None = None) -> Graph:
+             anchors: set[Node] | None = None, made_by_vjp: set[Node] | None = None) -> Graph:
     """The subgraph computing ``outputs`` from ``inputs`` (which become its placeholders).
 
     Nodes keep the joint graph's order, except with ``anchors`` (the backward-only nodes):
     those keep their order and every other node (a value the backward recomputes) is placed
     right before the first node that needs it.  In joint order every recomputed value would
     come first, before the whole backward, and live through all of it: a ResNet's backward
-    then rebuilt the BatchNorm+ReLU outputs of every layer at once (peak memory doubled)."""
+    then rebuilt the BatchNorm+ReLU outputs of every layer at once (peak memory doubled).
+
+    With ``made_by_vjp`` (the backward-only nodes, for the forward graph): a forward node that
+    comes after the first of them in joint order was made by a VJP rule for the backward (max
+    pooling's indices); it runs right after its inputs are ready instead of at the end of the
+    forward, where its inputs (the stem's activation) lived through the whole forward."""
     boundary = set(inputs)
     needed: set[Node] = set()
     stack = [v for v in outputs if isinstance(v, Node)]
@@ -241,6 +246,8 @@ def _extract(graph: Graph, inputs: list[Node], outputs: list[Any], name: str,
         stack.extend(node.inputs())
     if anchors is None:
         order = [node for node in graph.nodes if node in needed]
+        if made_by_vjp:
+            order = _vjp_nodes_early(graph, order, made_by_vjp)
     else:
         order = _as_late_as_possible(graph, needed, anchors, outputs)
     new = Graph()
@@ -255,6 +262,23 @@ def _extract(graph: Graph, inputs: list[Node], outputs: list[Any], name: str,
         mapping[node].extra = dict(node.extra)
     new.output([remap(v) for v in outputs])
     return new
+
+
+def _vjp_nodes_early(graph: Graph, order: list[Node], made_by_vjp: set[Node]) -> list[Node]:
+    """``order`` with each node that follows the first of ``made_by_vjp`` in joint order moved to
+    right after the last of its inputs (in the order built so far)."""
+    first_vjp = next((i for i, node in enumerate(graph.nodes) if node in made_by_vjp), None)
+    if first_vjp is None:
+        return order
+    late = set(graph.nodes[first_vjp:])
+    out = [node for node in order if node not in late]
+    for node in order:
+        if node not in late:
+            continue
+        inputs = set(node.inputs())
+        at = max((i for i, other in enumerate(out) if other in inputs), default=-1)
+        out.insert(at + 1, node)
+    return out
 
 
 def _as_late_as_possible(graph: Graph, needed: set[Node], anchors: set[Node], outputs: list[Any]) -> list[Node]:
