@@ -505,7 +505,21 @@ def gather_vjp(grad: Value, out: Value, x: Value, dim: int, index: Value) -> tup
 def index_vjp(grad: Value, out: Value, x: Value, indices: list) -> tuple[Grad, None]:
     if not _differentiable(x):
         return None, None
+    rows = _table_rows(x, indices)
+    if rows is not None:
+        # rows of a table (an embedding): ATen's sort-and-segment embedding_dense_backward, as
+        # eager's F.embedding; an index_put with accumulate of BERT's bf16 rows took 0.86 ms, this 0.05
+        return ops.extern(torch.ops.aten.embedding_dense_backward.default, grad, rows, x.shape[0], -1, False), None
     return emit(P.index_put, zeros_like(x), list(indices), grad, True), None
+
+
+def _table_rows(x: Value, indices: list) -> Value | None:
+    """For ``x[rows]`` of a 2-D floating table by one integer tensor: the rows, made non-negative."""
+    if x.ndim != 2 or x.dtype.is_complex or len(indices) != 1 or not is_tensor(indices[0]) or \
+            indices[0].dtype not in (torch.int32, torch.int64):
+        return None
+    rows = ops.cast(indices[0], torch.int64)
+    return ops.where(ops.lt(rows, 0), ops.add(rows, x.shape[0]), rows)
 
 
 @vjp_rule("scatter")

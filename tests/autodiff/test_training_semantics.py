@@ -500,3 +500,24 @@ def test_backward_that_fails_to_compile_raises_with_fallback_error(monkeypatch):
     loss = compiled(leaf(6))
     with pytest.raises(Exception, match="kernel compiler failed"):
         loss.backward()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"padding_idx": 0}, {"padding_idx": -2}, {"scale_grad_by_freq": True},
+                                    {"padding_idx": 3, "scale_grad_by_freq": True}],
+                         ids=["plain", "padding", "negative_padding", "by_freq", "padding_by_freq"])
+def test_embedding_gradients(kwargs):
+    # padding_idx and scale_grad_by_freq change only the gradient: the padding row gets none
+    def f(indices, weight):
+        return F.embedding(indices, weight, **kwargs) * 2
+
+    indices = torch.tensor([[0, 1, 3, 0], [4, 3, 3, 0]])
+    check_fn(f, [indices, leaf(5, 3)])
+    assert_compiled()
+
+
+def test_rows_of_a_table_by_negative_and_repeated_indices():
+    def f(table, rows):
+        return table[rows].sin(), table[rows[:2]] * 3
+
+    check_fn(f, [leaf(6, 4), torch.tensor([-1, 2, 2, -6, 0])])
+    assert_compiled()

@@ -230,7 +230,12 @@ def scatter_add(x: Value, dim: int, index: Value, src: Value) -> Value:
 @register(F.embedding)
 def embedding(input: Value, weight: Value, padding_idx: int | None = None, max_norm: float | None = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Value:
-    if max_norm is not None:  # renormalizes weight in place: leave it to eager
+    # max_norm renormalizes weight in place: eager's.  padding_idx and scale_grad_by_freq change
+    # only the gradient (the padding row gets none; rows are scaled by 1 / their count), which the
+    # extern's VJP rule computes and a plain gather's would not
+    shapes_gradient = (padding_idx is not None or scale_grad_by_freq) and torch.is_grad_enabled() and \
+        weight.meta.requires_grad
+    if max_norm is not None or shapes_gradient:
         return ops.extern(F.embedding, input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq,
                           sparse)
     return ops.emit(P.index, weight, [ops.cast(input, torch.int64)])
