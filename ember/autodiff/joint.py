@@ -20,6 +20,7 @@ from typing import Any
 
 from ember.autodiff import rules
 from ember.autodiff.extern_rules import autograd_vjp, rerun_is_exact, rule_for
+from ember.autodiff.patterns import pattern_vjp
 from ember.autodiff import prim_rules  # noqa: F401  (fills the registry)
 from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, contiguous_strides, target_name
@@ -107,6 +108,10 @@ def build_joint(prim_graph: Graph) -> Joint:
             if grad is None or not needs.get(node, False):
                 continue
             emitter.source_line = node.source_line
+            pattern = pattern_vjp(node, grad)
+            if pattern is not None:     # softmax, log_softmax: from their output, as eager
+                _accumulate_input(grads, pattern[0], pattern[1], needs, node)
+                continue
             _backpropagate(graph, node, grad, grads, needs)
         grad_inputs = [i for i, p in enumerate(primals) if needs[p]]
         used = _ancestors([outputs[i] for i in diff_outputs])
