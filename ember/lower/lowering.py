@@ -56,6 +56,8 @@ class _Lowering:
         # buffer layouts of computed nodes that are not contiguous (eager's strides, from the prim
         # graph's metas): the scheduler allocates them so if they are materialized
         self.layouts: dict[str, tuple[int, ...]] = {}
+        # copies made for Extern arguments, by their body over vars in memory order (see extern_copy)
+        self.extern_copies: dict[tuple, tuple[str, tuple[int, ...]]] = {}
         # a CUDA graph with 2-D convolutions runs them channels-last (cuDNN's fast NHWC kernels,
         # e.g. for depthwise convs); 4-D values computed from channels-last ones stay channels-last
         self.channels_last = any(_fn_of(n) in _CONVOLUTIONS and isinstance(n.meta, TensorMeta) and
@@ -382,10 +384,30 @@ class _Lowering:
         if base is not None and body.dtype == base.dtype and \
                 ir.strided_layout(body.index, vars_, base.shape, _assumed_strides(base, self.layouts)) is not None:
             return ir.BufferView(base.name, value.shape, body.index, vars_)
-        stride = self.strides_following_reads(body, vars_)
-        if stride is not None:      # the Extern takes any strides (a transposed matmul operand)
-            return ir.BufferRef(self.copy_for_extern(value, node, stride).node_name)
-        return ir.BufferRef(self.materialize(value, node).node_name)
+        # the Extern takes any strides: lay the copy out along its reads (a transposed matmul operand)
+        stride = self.strides_following_reads(body, vars_) or ir.contiguous_strides(value.shape)
+        return self.extern_copy(value, body, vars_, stride, node)
+
+    def extern_copy(self, value: TensorValue, body: Expr, vars_: tuple[ir.Var, ...], stride: tuple[int, ...],
+                    node: Node) -> ir.BufferRef:
+        """A copy of ``value`` laid out with ``stride`` for an Extern, or a view of an earlier copy
+        holding the same elements in the same memory order (a matmul's gradient read as grad by
+        one product and as grad^T by the other: ViT's qkv gradient was copied twice)."""
+        order = sorted(range(len(vars_)), key=lambda d: (-stride[d], d))      # slowest dim first
+        in_memory_order = {vars_[d]: ir.index(ir.Var(f"m{i}", vars_[d].size)) for i, d in enumerate(order)}
+        key = (ir.substitute(body, in_memory_order), value.dtype)
+        if key in self.extern_copies:
+            base_name, base_order = self.extern_copies[key]
+            index: list[Index] = [ir.const_index(0)] * len(base_order)
+            for position, dim in enumerate(order):
+                index[base_order[position]] = ir.index(vars_[dim])
+            return ir.BufferView(base_name, value.shape, tuple(index), vars_)
+        if stride == ir.contiguous_strides(value.shape):
+            copy = self.materialize(value, node)
+        else:
+            copy = self.copy_for_extern(value, node, stride)
+        self.extern_copies[key] = (copy.node_name, tuple(order))
+        return ir.BufferRef(copy.node_name)
 
     def strides_following_reads(self, body: Expr, vars_: tuple[ir.Var, ...]) -> tuple[int, ...] | None:
         """Dense strides for a copy of ``body`` whose innermost dim is the one its reads walk

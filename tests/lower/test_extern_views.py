@@ -64,6 +64,20 @@ def test_a_copy_for_an_extern_is_laid_out_along_its_reads():
     assert "torch.empty_strided((12, 10), (1, 12)" in compiled.source, compiled.source
 
 
+def test_one_copy_serves_a_matmul_and_its_transposed_partner():
+    """The input and weight gradients of a Linear read the same gathered gradient as g and g^T:
+    one copy (in the memory order both can read), the second product takes a view of it."""
+    batch, heads, tokens, dim = 2, 3, 5, 4
+    av, bv = torch.randn(batch, heads, tokens, dim), torch.randn(batch, heads, tokens, dim)
+    wv, xv = torch.randn(12, 6), torch.randn(10, 7)
+    b = PrimGraphBuilder()
+    a, bb, w, x = b.input("a", av), b.input("b", bv), b.input("w", wv), b.input("x", xv)
+    merged = b.reshape(b.permute(b.add(b.exp(a), bb), (0, 2, 1, 3)), (batch * tokens, heads * dim))
+    outputs = [extern(b, torch.mm, merged, w), extern(b, torch.mm, b.permute(merged, (1, 0)), x)]
+    compiled = run_and_compare(b.build(outputs), [av, bv, wv, xv])
+    assert compiled.stats == {"kernel_count": 1, "extern_count": 2}, compiled.source
+
+
 def test_linear_weight_and_attention_heads_are_views_not_copies():
     batch, seq, heads, dim = 2, 8, 2, 16
     width = heads * dim
