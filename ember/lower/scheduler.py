@@ -267,9 +267,13 @@ class _Scheduler:
         return out
 
     def _deps(self, name: str) -> set[str]:
-        """Buffers the node's expanded body loads (memoized with ``inlined``)."""
+        """Buffers the node's expanded body loads: its reads, each inlined producer replaced by that
+        producer's own (memoized; no expanded bodies built: substituting them took seconds)."""
         if name not in self.deps:
-            self.deps[name] = {ld.buffer for ld in ir.loads(self.expanded_body(name))}
+            out: set[str] = set()
+            for dep in self.nodes[name].reads():
+                out |= self._deps(dep) if self.is_inlined(dep) else {dep}
+            self.deps[name] = out
         return self.deps[name]
 
     def _producer_position(self, dep: str, where: dict[str, int]) -> int:
