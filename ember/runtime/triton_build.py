@@ -233,7 +233,7 @@ def build(source: str, kernels: list, buffer_kinds: dict[str, str],
     for kernel in kernels:
         distinct.setdefault((id(getattr(module, kernel.name)), tuple(kernel.aligned)), kernel)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        binaries = dict(zip(distinct, pool.map(lambda k: _compile(getattr(module, k.name), k, k.aligned),
+        binaries = dict(zip(distinct, pool.map(lambda k: _warm_launcher(_compile(getattr(module, k.name), k, k.aligned)),
                                                distinct.values())))
     stats["compile_seconds"] += time.perf_counter() - start
     stats["kernels_compiled"] += len(distinct)
@@ -287,6 +287,18 @@ def _compile(fn: Any, kernel: Any, aligned: list[bool], target: Any = None) -> A
     except Exception as exc:
         raise CompileError(f"Triton failed to compile {kernel.name}: {type(exc).__name__}: {exc}",
                            stage="runtime", op=kernel.name) from exc
+
+
+def _warm_launcher(binary: Any) -> Any:
+    """Build the kernel's host launcher now, in the pool: Triton compiles one C stub per kernel
+    signature with gcc on first launch, one after another in the main thread (12 s of ViT's cold
+    training compile).  Best effort: the first launch builds it otherwise."""
+    try:
+        import triton
+        triton.runtime.driver.active.launcher_cls(binary.src, binary.metadata)
+    except Exception:  # noqa: BLE001 - an optimization only
+        pass
+    return binary
 
 
 class _LazyUnaligned:
