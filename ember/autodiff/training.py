@@ -6,8 +6,12 @@
 prim graph -> joint graph (joint.py) -> min-cut partition (partition.py) -> the forward is
 compiled now, the backward on its first use (both by ``backend.compile_prim_graph``, from
 metadata).  The forward returns its outputs plus the saved values; ``_CompiledFunction`` keeps
-the saved tensors with ``ctx.save_for_backward`` (so ``retain_graph`` and the "backward twice"
-error behave as in eager) and hands them with the incoming gradients to the backward.
+the saved tensors with ``ctx.save_for_backward`` (so ``retain_graph``, the "backward twice"
+error and the check that no saved tensor was modified in place behave as in eager).  Its
+backward reads them, lets ctx drop them (``ctx.maybe_clear_saved_tensors``: unless autograd
+keeps the graph for another backward) and hands them with the incoming gradients to the compiled
+backward in one list, which that program empties and whose tensors it drops after their last
+readers: saved activations are freed while the backward runs, as eager frees them.
 
 Outputs that eager returns as an input itself or as a view of an input or of another output
 (graph.extra["output_aliases"] / ["output_sources"]) are made *outside* the Function, with
@@ -129,7 +133,8 @@ class TrainingStep:
 
     # ------------------------------------------------------------- backward
     def backward(self, saved: list[Any]) -> Any:
-        """The compiled backward, built on first use from the saved values' metadata."""
+        """The compiled backward, built on first use from the saved values' metadata.  It takes
+        one list, the saved values then the tangents, and empties it (``boxed_inputs``)."""
         if self._backward is None:
             with self._lock:
                 if self._backward is None:
@@ -137,6 +142,8 @@ class TrainingStep:
                     specs = [s if isinstance(s, TensorMeta) else type(v)
                              for s, v in zip(self.saved_metas, saved)]
                     specs += [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
+                    # the backward takes one list that it empties (see _CompiledFunction.backward)
+                    self.backward_graph.extra["boxed_inputs"] = True
                     try:
                         self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
                         self._backward = self.backward_compiled.call
@@ -155,7 +162,11 @@ class TrainingStep:
             raise error from (None if error is exc else exc)
         _warn_at_user_line(_fallback_message("ember", error, self.torch_graph, "this graph's backward"),
                            error.source_line or _first_source_line(self.torch_graph))
-        return self.backward_graph.as_callable()
+        uncompiled = self.backward_graph.as_callable()
+
+        def call_boxed(arguments: list) -> Any:
+            return uncompiled(*arguments)
+        return call_boxed
 
     def eager_graph(self) -> Any:
         if self._eager is None:
@@ -235,17 +246,22 @@ class _CompiledFunction(torch.autograd.Function):
         layout = step.layout
         if torch.is_grad_enabled():     # create_graph=True: differentiate the eager graph instead
             return (None, *_double_backward(ctx, grads))
-        saved = list(ctx.saved_tensors)
+        saved = list(ctx.saved_tensors)     # raises if one was modified in place, or already freed
         for index, value in ctx.saved_others:
             saved.insert(index, value)
-        saved = [_in_layout(value, meta) for value, meta in zip(saved, step.saved_metas)]
-        tangents = [grads[slot].contiguous() for slot in layout.tangent_slots]
         backward = step.backward(saved)
+        # ctx lets go of the saved tensors unless autograd will call backward again (retain_graph,
+        # create_graph): from here the list below is their only holder, and the compiled backward
+        # empties it and drops each one after its last reader, as eager frees them layer by layer
+        ctx.maybe_clear_saved_tensors()
+        arguments = [_in_layout(value, meta) for value, meta in zip(saved, step.saved_metas)]
+        del saved
+        arguments += [grads[slot].contiguous() for slot in layout.tangent_slots]
         if torch.is_autocast_enabled(step.device):     # the graph holds its casts already
             with torch.autocast(step.device, enabled=False):
-                input_grads = backward(*saved, *tangents)
+                input_grads = backward(arguments)
         else:
-            input_grads = backward(*saved, *tangents)
+            input_grads = backward(arguments)
         result: list[Any] = [None] * layout.num_inputs
         for position, grad in zip(layout.grad_inputs, input_grads):
             result[position] = grad

@@ -10,6 +10,9 @@
 Every intermediate and Extern result is ``del``ed right after the last step that reads
 it (``buffer_releases``), so peak memory follows the BufferPlan, not the whole program;
 storages the plan hands on stay referenced by their first owner until reused.
+A graph with ``extra["boxed_inputs"]`` (a training backward: its inputs are saved activations
+and gradients, not the user's tensors) takes its inputs as one list, ``call(boxed_inputs)``,
+empties it, and ``del``s each input after its last reader too.
 
 Everything static (shapes, strides, dtypes, function pointers) is decided at
 generation time; a call does only the allocations, launches and write-backs.
@@ -64,7 +67,18 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     program = sched.program
     out = WrapperSource()
     lines = out.lines
-    lines.append(f"def call({', '.join(param_names)}):")
+    boxed = bool(graph_extra.get("boxed_inputs"))
+    if boxed:
+        # one list, emptied here: the caller keeps no reference, so each input dies after its last reader
+        box = "boxed_inputs"
+        while box in param_names:
+            box += "_"
+        lines.append(f"def call({box}):")
+        if param_names:
+            lines.append(f"    {', '.join(param_names)}{',' if len(param_names) == 1 else ''} = {box}")
+        lines.append(f"    {box}.clear()")
+    else:
+        lines.append(f"def call({', '.join(param_names)}):")
     _emit_alias_check(out, param_names, graph_extra)
     expr_of: dict[str, str] = {}            # buffer name -> Python expression holding the tensor
     for name, plan in sched.buffers.items():
@@ -93,7 +107,10 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     # ``scalar_arguments`` take the number itself; a 0-dim tensor is made only for other readers
     by_value: dict[str, str] = {}
     as_tensor = _scalars_needing_tensors(sched, launchers)
-    releases = buffer_releases(sched, launchers)
+    inputs = _releasable_inputs(sched, param_names, graph_extra, expr_of) if boxed else None
+    releases = buffer_releases(sched, launchers, inputs)
+    if releases.get(-1):
+        lines.append(f"    del {', '.join(releases[-1])}  # inputs no step reads")
     for position, step in enumerate(sched.steps):
         if position > 0 and releases.get(position - 1):
             # buffers no later step reads: drop them so their memory can be reused
@@ -220,14 +237,16 @@ def _apply_output_sources(out: WrapperSource, results: list[str], param_names: l
         results[index] = results[first]
 
 
-def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[str]]] | None = None
-                    ) -> dict[int, list[str]]:
+def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[str]]] | None = None,
+                    input_variables: dict[str, str] | None = None) -> dict[int, list[str]]:
     """Step index -> the buffer variables the host program ``del``s after that step.
 
     An intermediate or Extern result dies right after the last step that reads it (an unread
     one right after the step that makes it).  A storage that the BufferPlan hands on to a later
     buffer stays referenced by its first owner until that buffer is made.  Never released:
-    inputs, scalars and anything returned (outputs, bases of output views)."""
+    scalars and anything returned (outputs, bases of output views), and inputs unless
+    ``input_variables`` (input buffer -> the parameter variable holding it) names them: such a
+    variable dies after the last step that reads any buffer it holds (key -1: no step reads it)."""
     program = sched.program
     keep = program.returned_buffers()
     last: dict[str, int] = {}
@@ -256,7 +275,38 @@ def buffer_releases(sched: Schedule, launchers: dict[str, tuple[Callable, list[s
         if plan is None or plan.kind not in ("intermediate", "extern") or name in keep or name in scalar:
             continue
         releases.setdefault(position, []).append(name)
+    if input_variables:
+        last_read: dict[str, int] = {}
+        for name, variable in input_variables.items():
+            last_read[variable] = max(last_read.get(variable, -1), last.get(name, -1))
+        for variable, position in last_read.items():
+            releases.setdefault(position, []).append(variable)
     return releases
+
+
+def _releasable_inputs(sched: Schedule, param_names: list[str], graph_extra: dict[str, Any],
+                       expr_of: dict[str, str]) -> dict[str, str]:
+    """Input buffer -> parameter variable, for the inputs a boxed wrapper may ``del`` once the
+    steps are done with them: not those returned, viewed by an output or written back, and not
+    the Python scalars and host tensors copied into other variables at the start."""
+    program = sched.program
+    kept_positions = {p for p, _ in graph_extra.get("mutated_inputs", [])}
+    kept_positions |= set(graph_extra.get("output_aliases", {}).values())
+    kept_positions |= {s[1] for s in graph_extra.get("output_sources", {}).values() if s[0] in ("input", "input_view")}
+    returned = program.returned_buffers()
+    variables: dict[str, str] = {}
+    for name, plan in sched.buffers.items():
+        if plan.kind != "input":
+            continue
+        node = program.nodes[name]
+        position = (program.nodes[node.alias_of] if node.alias_of else node).position
+        if expr_of.get(name) != param_names[position]:
+            continue
+        if name in returned:
+            kept_positions.add(position)
+        variables[name] = param_names[position]
+    kept = {param_names[p] for p in kept_positions}
+    return {name: variable for name, variable in variables.items() if variable not in kept}
 
 
 def _is_tensor_input(graph_extra: dict[str, Any], position: int) -> bool:

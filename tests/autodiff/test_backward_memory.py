@@ -10,8 +10,10 @@ Two measurements:
   allocated before the step and not counted; everything the step allocates is, for eager and
   ember alike: saved activations, intermediates, workspaces of the Externs (convolutions, mm),
   gradients.  This is the CPU counterpart of ``torch.cuda.max_memory_allocated`` around a step.
-  Eager frees each op's saved tensors as the backward passes it; ember keeps every saved tensor
-  until its whole backward returns (the autograd.Function's ``ctx``), so it must save less.
+  Eager frees each op's saved tensors as the backward passes it; so does ember's compiled
+  backward: ctx lets go of them, the backward takes them in one list it empties and ``del``s each
+  after its last reader.  (Before, every saved tensor lived until the whole backward returned:
+  a ResNet's stem backward ran beside every layer's saved activations, 1.06x eager's peak.)
 
 The backward recomputes cheap values (BatchNorm+ReLU outputs, ReLU masks, a pointwise model's
 whole blocks) from saved ones.  Each recomputation must run near its first use: when they all ran
@@ -204,27 +206,81 @@ def test_pointwise_training_step_peak_at_most_eager(tmp_path):
     assert compiled <= eager, f"ember {compiled} bytes, eager {eager} bytes ({compiled / eager:.2f}x)"
 
 
-@pytest.mark.parametrize("make, bound", [(lambda: make_resnet(batch=4, size=64), 1.10),
-                                         (lambda: make_bert_layer(batch=4, seq=128), 1.25)],
-                         ids=["resnet", "bert_layer"])
-def test_training_step_peak_near_eager(make, bound, tmp_path):
-    """Within ``bound`` of eager (the known excess is asserted so it cannot grow unnoticed).
-
-    What is left: ember's backward holds every saved tensor until it returns (eager frees them
-    layer by layer), so the ResNet's stem backward runs beside every layer's saved activations;
-    BERT's attention saves softmax's x - max(x) (its VJP reads exp(x - max), not the output),
-    so the forward holds the scores, x - max and the probabilities at once."""
-    eager, compiled = _step_peaks(*make(), tmp_path)
-    assert compiled <= bound * eager, f"ember {compiled} bytes, eager {eager} bytes ({compiled / eager:.2f}x)"
+def test_bert_layer_training_step_peak_near_eager(tmp_path):
+    """Within 1.10x of eager (the known excess is asserted so it cannot grow unnoticed): 1.16x while
+    saved tensors lived through the whole backward, 1.04x since they are freed after their last
+    reader.  What is left: the attention saves softmax's x - max(x) (its VJP reads exp(x - max),
+    not the output), so the forward holds the scores, x - max and the probabilities at once."""
+    eager, compiled = _step_peaks(*make_bert_layer(batch=4, seq=128), tmp_path)
+    assert compiled <= 1.10 * eager, f"ember {compiled} bytes, eager {eager} bytes ({compiled / eager:.2f}x)"
 
 
-@pytest.mark.xfail(strict=True, reason="saved tensors live through the whole compiled backward; "
-                                       "BERT's attention saves x - max(x) beside the probabilities")
-@pytest.mark.parametrize("make", [lambda: make_resnet(batch=4, size=64), lambda: make_bert_layer(batch=4, seq=128)],
-                         ids=["resnet", "bert_layer"])
+@pytest.mark.parametrize("make", [
+    lambda: make_resnet(batch=4, size=64),
+    pytest.param(lambda: make_bert_layer(batch=4, seq=128), marks=pytest.mark.xfail(
+        strict=True, reason="BERT's attention saves x - max(x) beside the probabilities")),
+], ids=["resnet", "bert_layer"])
 def test_training_step_peak_at_most_eager(make, tmp_path):
+    """The ResNet: 1.06x eager while the compiled backward held every saved tensor until it
+    returned (its stem's backward ran beside every layer's saved activations), 0.96x now."""
     eager, compiled = _step_peaks(*make(), tmp_path)
     assert compiled <= eager, f"ember {compiled} bytes, eager {eager} bytes ({compiled / eager:.2f}x)"
+
+
+def test_backward_releases_saved_tensors_after_their_last_reader():
+    """The compiled backward takes its inputs in one list that it empties, and ``del``s every saved
+    tensor and tangent that it does not return once no later step reads it; the list the
+    Function passes is its only holder (ctx let go of them: ``maybe_clear_saved_tensors``)."""
+    model, inputs = make_resnet(batch=2, size=32)
+    COMPILED.clear()
+    compiled = ember.compile(model, backend="ember_recording_memory", options={"fallback": "error"})
+    compiled(*inputs).sum().backward()
+    step = COMPILED[0].call
+    source = step.backward_compiled.source.split("# ---- kernels")[0]
+    assert "def call(boxed_inputs):" in source and "boxed_inputs.clear()" in source, source[:500]
+    body = source.split("boxed_inputs.clear()")[1]
+    released = set()
+    for line in body.splitlines():
+        if line.strip().startswith("del "):
+            released |= {name.strip() for name in line.strip()[4:].split("#")[0].split(",")}
+    returned = body.split("return (")[-1]
+    tensors = [p.name for p in step.backward_graph.placeholders if isinstance(p.meta, TensorMeta)]
+    kept = [name for name in tensors if name not in released and name not in returned]
+    assert not kept, f"inputs of the backward held until it returns: {kept}"
+
+
+def test_cnn_retain_graph_and_in_place_checks_with_released_saved_tensors():
+    """Freeing saved tensors during the backward keeps eager's semantics: retain_graph=True keeps
+    them for a second backward (the gradients accumulate), a third backward raises as eager
+    does, and a saved input modified in place is reported as eager reports it."""
+    model, inputs = make_resnet(batch=2, size=32)
+    model_c = copy.deepcopy(model)
+    compiled = ember.compile(model_c, backend="ember_recording_memory", options={"fallback": "error"})
+    errors = []
+    for module in (model, compiled):
+        out = module(*inputs).square().mean()
+        out.backward(retain_graph=True)
+        out.backward()
+        with pytest.raises(RuntimeError) as error:
+            out.backward()
+        errors.append(str(error.value))
+    assert_same_grads(model_c, model, "two backwards with retain_graph")
+    assert "second time" in errors[0] and "second time" in errors[1], errors
+
+    def f(x, w):
+        return (torch.sin(x) * w).sum()
+
+    messages = []
+    for fn in (f, ember.compile(f, backend="ember_recording_memory", options={"fallback": "error"})):
+        x = torch.randn(5, requires_grad=True)
+        w = torch.randn(5, requires_grad=True)
+        out = fn(x, w)
+        with torch.no_grad():
+            w.mul_(2)       # w is saved for x's gradient
+        with pytest.raises(RuntimeError) as error:
+            out.backward()
+        messages.append(str(error.value))
+    assert all("modified by an inplace operation" in m for m in messages), messages
 
 
 def test_forward_computes_pooling_indices_beside_the_pooling():
