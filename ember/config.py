@@ -22,3 +22,7 @@ recompute: bool = os.environ.get("EMBER_RECOMPUTE", "1") != "0"
 # GPU reductions with few output rows and a long reduced range run as two kernels
 # (lower/split_reductions.py); EMBER_SPLIT_REDUCTIONS=0 keeps them one kernel (for A/B runs)
 split_reductions: bool = os.environ.get("EMBER_SPLIT_REDUCTIONS", "1") != "0"
+
+# GPU kernels compile in this many worker processes (Triton's front end holds the GIL, so threads
+# compiled one kernel at a time); EMBER_COMPILE_PROCESSES=0 compiles in threads of this process
+compile_processes: int = int(os.environ.get("EMBER_COMPILE_PROCESSES", str(min(16, os.cpu_count() or 1))))

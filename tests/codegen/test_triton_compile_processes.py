@@ -1,0 +1,62 @@
+"""GPU kernels compile in worker processes first (runtime/triton_build._precompile_in_processes):
+the workers fill Triton's cache, so the compiles in this process load from it.  Checked on the CPU
+by compiling for an H100 (sm_90), which Triton can do without one."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from ember import config  # noqa: E402
+from ember.codegen import triton as triton_codegen  # noqa: E402
+from ember.lower.builder import PrimGraphBuilder  # noqa: E402
+from ember.lower.lowering import lower_graph  # noqa: E402
+from ember.lower.scheduler import schedule  # noqa: E402
+from ember.runtime import triton_build  # noqa: E402
+
+
+def _sm90():
+    from triton.backends.compiler import GPUTarget
+    return GPUTarget("cuda", 90, 32)
+
+
+def _kernels():
+    b = PrimGraphBuilder()
+    x = b.input("x", torch.randn(8, 32))
+    y = b.input("y", torch.randn(8, 32))
+    # a row reduction and a column reduction: two kernels
+    graph = b.build([b.amax(b.exp(b.add(x, y)), (1,)), b.sum(b.tanh(x), (0,))])
+    sched = schedule(lower_graph(graph, [torch.randn(8, 32), torch.randn(8, 32)]))
+    return triton_codegen.generate_triton(sched, interpret=False)
+
+
+def _cubins(cache_dir: str) -> list[str]:
+    return [name for _, _, files in os.walk(cache_dir) for name in files if name.endswith(".cubin")]
+
+
+def test_workers_fill_tritons_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "ember"))
+    monkeypatch.setattr(config, "compile_processes", 2)
+    source, kernels = _kernels()
+    assert len(kernels) >= 2
+    try:
+        triton_build._precompile_in_processes(source, kernels, _sm90())
+    finally:
+        if triton_build._process_pool is not None:
+            triton_build._process_pool.shutdown()
+            triton_build._process_pool = None
+    if config.compile_processes == 0:
+        pytest.skip("no worker processes here")
+    built = _cubins(str(tmp_path / "triton"))
+    if not built:
+        pytest.skip("this Triton cannot compile for sm_90 without a GPU")
+    assert sorted(built) == sorted(f"{k.name}.cubin" for k in kernels)
+    # the compile here finds them: no new cubin written
+    module = triton_build.load_module(source, interpret=False)
+    for kernel in kernels:
+        triton_build._compile(getattr(module, kernel.name), kernel, kernel.aligned, _sm90())
+    assert len(_cubins(str(tmp_path / "triton"))) == len(built)
