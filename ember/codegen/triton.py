@@ -44,7 +44,7 @@ from ember.codegen.triton_ops import LOW_PRECISION, compute_type, literal, rende
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op, Var
-from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, LoopStep, Schedule
+from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, KernelStore, LoopStep, Schedule
 
 # benchmark/tuning overrides: keys "pointwise_block", "pointwise_warps", "persistent_limit",
 # "looped_rblock", "reduction_elements" (elements per program for persistent reductions)
@@ -179,6 +179,10 @@ class TritonKernelPrinter:
         # fp32 temporary of a bf16/fp16 conversion -> the temporary holding the converted (storage) value
         self.storage_of: dict[str, str] = {}
         self._pending_storage: str | None = None
+        # the current step's bf16/fp16 stores, by the node whose value they store: each is emitted as
+        # soon as that value is converted, before it is widened back to fp32 (see store_before_widening)
+        self.stores_due: dict[Expr, list[KernelStore]] = {}
+        self.stored_early: set[int] = set()     # id() of the step's stores already emitted
         self.written: set[str] = set()          # buffers this kernel has stored so far
         self.outer_vars = tuple(kernel.outer_vars)
         self.inner_vars = tuple(kernel.inner_vars)
@@ -280,8 +284,8 @@ class TritonKernelPrinter:
         if self.xmask:
             self.emit("xmask = xindex < xnumel")
         for step in self.kernel.steps:
-            for store in step.stores:
-                self.emit_store(store.buffer, store.index, store.body)
+            self.expect_stores(step)
+            self.emit_stores(step)
 
     # ---------------------------------------------------------- reductions
     def emit_reduction_kernel(self) -> None:
@@ -320,8 +324,8 @@ class TritonKernelPrinter:
             self.emit("tl.debug_barrier()  # the loop below re-reads what an earlier loop stored")
 
     def emit_row_stores(self, step: LoopStep) -> None:
-        for store in step.stores:
-            self.emit_store(store.buffer, store.index, store.body)
+        self.expect_stores(step)
+        self.emit_stores(step)
 
     def full_mask(self) -> str | None:
         masks = [m for m in (self.xmask, self.rmask) if m]
@@ -345,6 +349,7 @@ class TritonKernelPrinter:
             bool(idx.free_vars() & inner) for ld in ir.loads(body) for idx in ld.index)
 
     def emit_persistent_step(self, step: LoopStep) -> None:
+        self.expect_stores(step)
         welford: dict[Expr, list[KernelReduction]] = {}
         for red in step.reductions:
             if red.reduction_type.startswith("welford"):
@@ -380,8 +385,7 @@ class TritonKernelPrinter:
             self.emit(f"{base}_delta = {delta}")
             self.emit(f"{base}_m2 = tl.sum({base}_delta * {base}_delta, 1)[:, None]")
             self.finish_welford(group, f"{base}_mean", f"{base}_m2")
-        for store in step.stores:
-            self.emit_store(store.buffer, store.index, store.body)
+        self.emit_stores(step)
 
     def emit_looped_step(self, step: LoopStep) -> None:
         accumulators = []
@@ -413,6 +417,7 @@ class TritonKernelPrinter:
         if self.rnumel % self.config.rblock:
             self.rmask = "rmask"
             self.emit("rmask = rindex < rnumel")
+        self.expect_stores(step)
         for red, acc in accumulators:
             rtype = red.reduction_type
             if rtype in ("argmax", "argmin"):
@@ -436,8 +441,7 @@ class TritonKernelPrinter:
             self.emit(f"{base}_m2_next = {base}_m2 + {base}_delta * ({base}_value - {base}_mean_next)")
             for part in ("mean", "m2", "count"):
                 self.emit(self.masked_update(f"{base}_{part}", f"{base}_{part}_next"))
-        for store in step.stores:
-            self.emit_store(store.buffer, store.index, store.body)
+        self.emit_stores(step)
         self.scopes.pop()
         self.depth -= 1
         self.rmask = None
@@ -520,13 +524,38 @@ class TritonKernelPrinter:
 
 
     # ---------------------------------------------------------- stores and loads
-    def emit_store(self, buffer: str, index: tuple[Index, ...], body: Expr) -> None:
+    def expect_stores(self, step: LoopStep) -> None:
+        self.stores_due, self.stored_early = {}, set()
+        for store in step.stores:
+            dtype = self.buffers[store.buffer].dtype
+            if dtype in LOW_PRECISION and _exactly_low_precision(store.body) == dtype:
+                self.stores_due.setdefault(_value_node(store.body), []).append(store)
+
+    def store_before_widening(self, node: Expr, name: str) -> None:
+        """Emit the stores of ``node``'s bf16/fp16 value now, before ``name`` widens it to fp32.
+
+        Triton 3.6's TritonGPURemoveLayoutConversions reuses the layout conversion of a stored
+        bf16 value for an earlier widening of that value ('operand #0 does not dominate this use',
+        fixed in Triton 3.9): ``v = x.to(bf16); w = v.to(fp32); <w into another bf16 store>;
+        tl.store(p, v)`` does not compile for sm90, ``tl.store(p, v)`` before ``w`` does."""
+        for store in self.stores_due.pop(node, ()):
+            self.emit_store(store.buffer, store.index, store.body, name)
+            self.stored_early.add(id(store))
+
+    def emit_stores(self, step: LoopStep) -> None:
+        for store in step.stores:
+            if not isinstance(store.body, Const):
+                self.expr(store.body)       # converting the value may emit this store already
+            if id(store) not in self.stored_early:
+                self.emit_store(store.buffer, store.index, store.body)
+        self.stores_due, self.stored_early = {}, set()
+
+    def emit_store(self, buffer: str, index: tuple[Index, ...], body: Expr, value: str | None = None) -> None:
+        """``value``: the temporary that holds ``body`` already (else it is computed here)."""
         plan = self.buffers[buffer]
         address = self.address(plan, index)
-        if isinstance(body, Const):
-            value = literal(body.value, body.dtype, typed=True)
-        else:
-            value = self.expr(body)
+        if value is None:
+            value = literal(body.value, body.dtype, typed=True) if isinstance(body, Const) else self.expr(body)
         if body.dtype != plan.dtype or plan.dtype in LOW_PRECISION:
             if plan.dtype == torch.bool and body.dtype != torch.bool:
                 value = f"({value} != 0)"
@@ -681,10 +710,11 @@ class TritonKernelPrinter:
                 self.scopes[-1][node] = text
                 continue
             name = self.new_tmp()
-            self.emit(f"{name} = {text}")
-            self.scopes[-1][node] = name
             if self._pending_storage is not None:
                 self.storage_of[name] = self._pending_storage
+                self.store_before_widening(node, name)
+            self.emit(f"{name} = {text}")
+            self.scopes[-1][node] = name
         return self.lookup(expr)
 
     def arg(self, node: Expr, all_const: bool) -> str:
@@ -706,9 +736,9 @@ class TritonKernelPrinter:
             value = self.arg(node.arg, True)
             # loads and casts of bf16/fp16 values hold them exactly: rounding again would only add
             # conversions (and a chain of them has tripped Triton 3.6's compiler: "does not dominate")
+            if _passes_through(node):
+                return value
             exact = _exactly_low_precision(node.arg)
-            if exact == node.dtype and node.arg.dtype in (node.dtype, torch.float32):
-                return value        # a bf16 value that went through fp32 and back
             text = triton_ops.cast(value, node.arg.dtype, node.dtype, exact == node.arg.dtype)
             widened = ".to(tl.float32)"
             if (node.dtype in LOW_PRECISION or node.arg.dtype in LOW_PRECISION) and text.endswith(widened) \
@@ -745,6 +775,22 @@ class TritonKernelPrinter:
             return True
         return node.op in ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where") and \
             arg.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _passes_through(cast: Cast) -> bool:
+    """Does this conversion print as its argument's temporary?  The argument holds a value of the
+    target type already: the same type, a bf16 value through fp32 and back, or an exact bf16 widened."""
+    exact = _exactly_low_precision(cast.arg)
+    if cast.dtype == cast.arg.dtype or (exact == cast.dtype and cast.arg.dtype == torch.float32):
+        return True
+    return cast.dtype == torch.float32 and exact is not None and exact == cast.arg.dtype
+
+
+def _value_node(expr: Expr) -> Expr:
+    """The node whose temporary holds ``expr``'s value (conversions that print as nothing skipped)."""
+    while isinstance(expr, Cast) and _passes_through(expr):
+        expr = expr.arg
+    return expr
 
 
 def _exactly_low_precision(expr: Expr) -> torch.dtype | None:

@@ -6,8 +6,10 @@ TRITON_INTERPRET is never set here and cannot leak into the other tests of the
 process (the C++ ones), whenever triton happens to be imported.  With
 ``EMBER_TRITON_TEST_DEVICE=cuda`` the same cases run compiled on a GPU.
 """
+import functools
 import math
 import os
+import re
 
 import pytest
 
@@ -34,22 +36,46 @@ def fresh_triton_cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("triton-cache"))
 
 
+@functools.cache
+def builds_for_sm90_here() -> bool:
+    """Can this Triton compile for an H100 without one (its CUDA backend and ptxas are installed)?"""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    source = "import triton\nimport triton.language as tl\n\n@triton.jit\ndef probe(out):\n    tl.store(out, 1.0)\n"
+    try:
+        module = triton_build.load_module(source, interpret=False)
+        triton.compile(ASTSource(module.probe, {"out": "*fp32"}, None, {}), target=GPUTarget("cuda", 90, 32))
+        return True
+    except Exception:
+        return False
+
+
 @pytest.fixture(autouse=True)
 def kernels_also_build_for_an_h100(monkeypatch, fresh_triton_cache):
-    """On the CPU every generated module is also compiled for sm_90 (no GPU needed): the interpreter
-    accepts code the real compiler rejects, and interpreted runs must not break later GPU builds."""
+    """On the CPU every schedule is also generated as for a GPU (without the interpreter's rounding
+    helpers) and compiled for sm_90 (no GPU needed): the interpreter accepts code the real compiler
+    rejects, and interpreted runs must not break later GPU builds.  The value: the GPU sources built
+    (none where this Triton cannot build for sm_90 without a GPU)."""
+    sources = []
     if DEVICE != "cpu":
-        return
+        return sources
     monkeypatch.setenv("TRITON_CACHE_DIR", fresh_triton_cache)
+    if not builds_for_sm90_here():
+        return sources
     from triton.backends.compiler import GPUTarget
-    build = triton_build.build
+    build_kernels = triton_codegen.build_kernels
 
-    def build_and_compile_for_gpu(source, kernels, buffer_kinds, interpret=None):
+    def build_kernels_also_for_gpu(sched, interpret=None):
+        source, kernels = triton_codegen.generate_triton(sched, interpret=False)
         module = triton_build.load_module(source, interpret=False)
         for kernel in kernels:
             triton_build._compile(getattr(module, kernel.name), kernel, kernel.aligned, GPUTarget("cuda", 90, 32))
-        return build(source, kernels, buffer_kinds, interpret)
-    monkeypatch.setattr(triton_build, "build", build_and_compile_for_gpu)
+        sources.append(source)
+        return build_kernels(sched, interpret)
+    monkeypatch.setattr(triton_codegen, "build_kernels", build_kernels_also_for_gpu)
+    return sources
+
+
 TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-9, 1e-12), torch.bfloat16: (1.6e-2, 1e-2),
        torch.float16: (2e-3, 1e-3)}
 
@@ -358,6 +384,44 @@ def test_bf16_output_reread_in_same_kernel():
     mean = b.getitem(b.var_mean(h32, (1,)), 1)
     out = b.cast(b.sub(h32, b.broadcast(mean, (n, c), (0,))), torch.bfloat16)
     check(b.build([h, out]), [xv, yv], *TOL[torch.bfloat16])
+
+
+def widened_before_stored(source: str) -> list[str]:
+    """Temporaries of each kernel whose bf16/fp16 value is widened to fp32 above the line storing it."""
+    late = []
+    for kernel in source.split("@triton.jit")[1:]:
+        lines = kernel.splitlines()
+        stored = {m.group(1): i for i, line in enumerate(lines)
+                  if (m := re.search(r"tl\.store\(.*, (tmp\d+)\)$", line))}
+        widened = {m.group(1): i for i, line in enumerate(lines)
+                   if (m := re.match(r"\s*tmp\d+ = (tmp\d+)\.to\(tl\.float32\)$", line))}
+        late += [name for name, i in stored.items() if name in widened and widened[name] < i]
+    return late
+
+
+def test_bf16_value_stored_before_it_is_widened(kernels_also_build_for_an_h100):
+    """Three bf16 outputs of one [4, 1024] tile (8 warps), the second widened again for the third.
+    With the store of a bf16 value below its widening (``v = x.to(bf16); w = v.to(fp32); ...
+    tl.store(p, v)``), Triton 3.6 failed to compile the kernel for sm_90: 'operand #0 does not
+    dominate this use' in TritonGPURemoveLayoutConversions (the pointwise zoo model's backward on
+    the H100; Triton 3.9 compiles both orders, hence the check of the order too)."""
+    rows, cols = 4, 1024
+    uv = t(torch.randn(rows))
+    w1v, w2v = t(torch.randn(cols).to(torch.bfloat16)), t(torch.randn(cols).to(torch.bfloat16))
+    b = PrimGraphBuilder()
+    u, w1, w2 = b.input("u", uv), b.input("w1", w1v), b.input("w2", w2v)
+    w1_tile = b.broadcast(w1, (rows, cols), (1,))
+    a = b.mul(b.broadcast(u, (rows, cols), (0,)), w1_tile)
+    a_bf16 = b.cast(a, torch.bfloat16)
+    half = b.cast(b.mul(a, 0.5), torch.bfloat16)
+    scaled = b.mul(half, b.broadcast(w2, (rows, cols), (1,)))
+    compiled = check(b.build([a_bf16, half, scaled, b.sum(w1_tile, (1,))]), [uv, w1v, w2v], *TOL[torch.bfloat16])
+    header = compiled.source.split("def kernel0")[1]
+    assert "persistent: XBLOCK=4 RBLOCK=1024, num_warps=8" in header
+    for source in [compiled.source, *kernels_also_build_for_an_h100]:
+        assert not widened_before_stored(source), source
+    if DEVICE == "cpu" and not kernels_also_build_for_an_h100:
+        pytest.skip("this Triton cannot compile for sm_90 without a GPU (only the order was checked)")
 
 
 def test_load_through_size_one_dims_is_unmasked_scalar():
