@@ -32,6 +32,9 @@ PARALLEL_THRESHOLD = 1 << 15
 # adjacent columns reduced together by a column-tiled reduction (0: never column-tile, for A/B runs)
 COLUMN_TILE = 64
 COLUMN_REDUCTIONS = ("sum", "max", "min", "prod")
+# float exp (and sigmoid) through the prelude's ember_expf, vectorized for every input (False:
+# libmvec's expf, which goes lane by lane on -inf and on values below about -87: for A/B runs)
+INLINE_EXPF = True
 # a row kernel keeps values that later passes over the same row reuse in per-thread row arrays
 # (see RowCache) when a row has at most this many elements (0: never, for A/B runs) ...
 ROW_CACHE_ELEMENTS = 16384
@@ -148,7 +151,7 @@ class KernelPrinter:
     def __init__(self, kernel: FusedKernel, buffers: dict[str, BufferPlan], private: set[str] = frozenset()):
         self.kernel = kernel
         self.buffers = buffers
-        self.row_cache = RowCache(kernel, buffers, set(private))
+        self.row_cache = RowCache(kernel, set(private))
         self.current_step: int | None = None    # the inner step being printed (RowCache reads)
         self.lines: list[str] = []
         self.tmp_counter = 0
@@ -599,7 +602,7 @@ class RowCache:
     instead of memory; one that nobody reads is not stored at all.  The values and their
     rounding are the same: only where they come from changes."""
 
-    def __init__(self, kernel: FusedKernel, buffers: dict[str, BufferPlan], private: set[str]) -> None:
+    def __init__(self, kernel: FusedKernel, private: set[str]) -> None:
         self.kernel = kernel
         self.arrays: list[tuple[str, str, str]] = []              # (C name, C type, comment)
         self.available: dict[Expr, tuple[int, str]] = {}          # value -> (step storing it, array)
@@ -684,7 +687,7 @@ class RowCache:
                     return
 
     def bodies(self, step: LoopStep) -> list[Expr]:
-        return [b for b in _step_bodies(step, skip=self.dropped)]
+        return _step_bodies(step, skip=self.dropped)
 
     def reads_cached(self, node: Expr, step: int) -> bool:
         """Does pass ``step`` load ``node`` from a row array (an earlier pass stored it)?"""
@@ -889,4 +892,6 @@ def render_op(node: Op, args: list[str]) -> str:
                 "{T}", "double")
     if template is None:
         raise CompileError(f"no C++ rendering for {name} on {operand_dtype}", stage="codegen", op=name)
+    if T == "float" and INLINE_EXPF and name in ("exp", "sigmoid"):
+        template = template.replace("exp{F}(", "ember_expf(")
     return template.format(*args, T=T, F="f" if T == "float" else "")
