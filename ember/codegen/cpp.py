@@ -13,6 +13,8 @@ is recorded in the error record the caller passes as the kernel's last argument
 exception after the kernel (``cpp_build.index_checked``); the load reads element 0.
 A reduction over the rows of column-contiguous data (weight and bias gradients) is emitted
 column-tiled instead: see ``is_column_reduction`` and ``KernelPrinter.emit_column_reduction``.
+A kernel with several passes over each row carries values between them in per-thread row arrays
+(codegen/cpp_rows.py).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import math
 import torch
 
 from ember.codegen.cpp_prelude import PRELUDE
+from ember.codegen.cpp_rows import RowCache, private_buffers
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
@@ -35,18 +38,6 @@ COLUMN_REDUCTIONS = ("sum", "max", "min", "prod")
 # float exp (and sigmoid) through the prelude's ember_expf, vectorized for every input (False:
 # libmvec's expf, which goes lane by lane on -inf and on values below about -87: for A/B runs)
 INLINE_EXPF = True
-# a row kernel keeps values that later passes over the same row reuse in per-thread row arrays
-# (see RowCache) when a row has at most this many elements (0: never, for A/B runs) ...
-ROW_CACHE_ELEMENTS = 16384
-# ... and the arrays of one row take at most this many bytes (they stay in L1/L2)
-ROW_CACHE_BYTES = 192 * 1024
-# a value is kept only if recomputing it costs at least this much (ops, transcendental ones 8)
-ROW_CACHE_MIN_COST = 4
-EXPENSIVE_OPS = frozenset({
-    "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "div", "sin",
-    "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
-    "erfinv", "lgamma", "sigmoid", "pow", "atan2", "hypot", "fmod", "remainder", "floor_divide"})
-
 STORAGE_TYPE = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
     torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int32_t",
@@ -72,24 +63,6 @@ def generate_cpp(sched: Schedule) -> str:
         mine = {name for name, writer in private.items() if writer == kernel.name}
         parts.append(KernelPrinter(kernel, sched.buffers, mine).render())
     return "\n".join(parts)
-
-
-def private_buffers(sched: Schedule) -> dict[str, str]:
-    """Intermediate buffers that only the kernel storing them reads (or nobody): buffer -> kernel.
-    Such a kernel may keep them in row arrays, or not store them at all (RowCache)."""
-    returned = sched.program.returned_buffers()
-    writer: dict[str, str] = {}
-    read_elsewhere: set[str] = set()
-    for step in sched.steps:
-        if isinstance(step, FusedKernel):
-            read_elsewhere |= set(step.reads)
-            for name in step.writes:
-                writer.setdefault(name, step.name)
-        else:
-            read_elsewhere |= set(step.node.reads())
-    return {name: kernel for name, kernel in writer.items()
-            if name not in read_elsewhere and name not in returned and name in sched.buffers
-            and sched.buffers[name].kind == "intermediate"}
 
 
 def checks_indices(kernel: FusedKernel) -> bool:
@@ -221,8 +194,8 @@ class KernelPrinter:
             self.emit(depth, pragma)
             self.emit(depth, f"for (int64_t {last.name} = 0; {last.name} < {last.size}; ++{last.name}) {{")
             depth += 1
-        for name, ctype, comment in self.row_cache.arrays:
-            self.emit(depth, f"alignas(64) {ctype} {name}[{k.inner_numel}];  // {comment}")
+        for name, dtype, comment in self.row_cache.arrays:
+            self.emit(depth, f"alignas(64) {compute_type(dtype)} {name}[{k.inner_numel}];  // {comment}")
         self.scopes.append({})
         for position, step in enumerate(k.steps):
             if step.inner:
@@ -585,153 +558,6 @@ class KernelPrinter:
                 return f"static_cast<int64_t>({self.expr(a.value, depth)})"
             raise TypeError(a)
         return idx.render(atom)
-
-
-# ============================================================ row arrays of a multi-pass row kernel
-class RowCache:
-    """Per-thread arrays that carry values of one row from a pass over it to later passes.
-
-    A row kernel (a softmax after an RMS norm after a layer norm) walks each row once per
-    reduction: the general form recomputes in every pass all that the pass's body needs, so the
-    forward of benchmarks/train_cpu.py's pointwise block evaluated its erf/exp/sigmoid chain in
-    four passes.  Here a value of a later pass that an earlier pass computed already (the
-    largest such sub-expressions, of at least ROW_CACHE_MIN_COST) is stored by the earlier pass
-    into a row array (``alignas(64) float row_cacheN[row]``, declared in the outer loop: one per
-    thread, in L1/L2) and loaded by the later one.  A private buffer (``private_buffers``) that
-    only later passes of this kernel read, at the index it is stored at, lives in a row array
-    instead of memory; one that nobody reads is not stored at all.  The values and their
-    rounding are the same: only where they come from changes."""
-
-    def __init__(self, kernel: FusedKernel, private: set[str]) -> None:
-        self.kernel = kernel
-        self.arrays: list[tuple[str, str, str]] = []              # (C name, C type, comment)
-        self.available: dict[Expr, tuple[int, str]] = {}          # value -> (step storing it, array)
-        self.stored_by: dict[int, list[tuple[Expr, str]]] = {}    # step -> values it stores
-        self.private_arrays: dict[str, tuple[str, tuple[Index, ...]]] = {}   # buffer -> (array, index)
-        self.dropped: set[str] = set()                            # private buffers nobody reads
-        self._per_element: dict[Expr, bool] = {}
-        inner = kernel.inner_vars
-        if not (ROW_CACHE_ELEMENTS and kernel.outer_vars and inner and 0 < kernel.inner_numel <= ROW_CACHE_ELEMENTS):
-            return
-        if sum(step.inner for step in kernel.steps) < 2 or checks_indices(kernel):
-            return
-        bodies = [b for step in kernel.steps for b in _step_bodies(step)]
-        if any(any(True for idx in ir.indices_of(n) for _ in ir.indirect_atoms(idx))
-               for body in bodies for n in ir.walk(body)):
-            return
-        self._plan_private(private & set(kernel.writes))
-        self._plan_values()
-
-    def _new_array(self, dtype: torch.dtype, comment: str) -> str | None:
-        ctype = compute_type(dtype)
-        size = _ctype_size(ctype)
-        used = sum(self.kernel.inner_numel * _ctype_size(t) for _, t, _ in self.arrays)
-        if used + self.kernel.inner_numel * size > ROW_CACHE_BYTES:
-            return None
-        name = f"row_cache{len(self.arrays)}"
-        self.arrays.append((name, ctype, comment))
-        return name
-
-    def _plan_private(self, private: set[str]) -> None:
-        """Private buffers stored by an inner step and loaded only by later inner steps at the
-        same index: row arrays (or nothing, when never loaded)."""
-        inner_vars = set(self.kernel.inner_vars)
-        for name in sorted(private):
-            stores = [(i, st) for i, step in enumerate(self.kernel.steps) for st in step.stores if st.buffer == name]
-            if len(stores) != 1 or not self.kernel.steps[stores[0][0]].inner:
-                continue
-            position, store = stores[0]
-            if not inner_vars <= set().union(*(idx.free_vars() for idx in store.index)):
-                continue
-            loads = [(i, ld) for i, step in enumerate(self.kernel.steps)
-                     for body in _step_bodies(step) for ld in ir.loads(body) if ld.buffer == name]
-            if not loads:
-                self.dropped.add(name)
-                continue
-            if all(i > position and self.kernel.steps[i].inner and ld.index == store.index for i, ld in loads):
-                array = self._new_array(store.body.dtype, f"buffer {name}: only later passes of this kernel read it")
-                if array is not None:
-                    self.private_arrays[name] = (array, store.index)
-
-    def _plan_values(self) -> None:
-        computed: list[tuple[int, set[Expr]]] = []
-        passes = [position for position, step in enumerate(self.kernel.steps) if step.inner]
-        for position, step in enumerate(self.kernel.steps):
-            if not step.inner:
-                continue
-
-            def reuse(node: Expr) -> bool:
-                if node in self.available:
-                    return True
-                if not self.per_element(node) or self.cost(node) < ROW_CACHE_MIN_COST:
-                    return False
-                for earlier, nodes in computed:
-                    if node in nodes:
-                        comment = f"a value of pass {passes.index(earlier) + 1} that later passes reuse"
-                        array = self._new_array(node.dtype, comment)
-                        if array is None:
-                            return False
-                        self.available[node] = (earlier, array)
-                        self.stored_by.setdefault(earlier, []).append((node, array))
-                        return True
-                return False
-            computed.append((position, _visit(self.bodies(step), reuse)))
-        # each value must be computed (not itself loaded from a row array) by the pass storing it
-        for position, step in enumerate(self.kernel.steps):
-            if step.inner and position in self.stored_by:
-                visited = _visit(self.bodies(step), lambda n, p=position: self.reads_cached(n, p))
-                if any(node not in visited for node, _ in self.stored_by[position]):
-                    self.available.clear()
-                    self.stored_by.clear()
-                    self.arrays = [a for a in self.arrays if not a[2].startswith("a value")]
-                    return
-
-    def bodies(self, step: LoopStep) -> list[Expr]:
-        return _step_bodies(step, skip=self.dropped)
-
-    def reads_cached(self, node: Expr, step: int) -> bool:
-        """Does pass ``step`` load ``node`` from a row array (an earlier pass stored it)?"""
-        entry = self.available.get(node)
-        return entry is not None and entry[0] < step
-
-    def per_element(self, node: Expr) -> bool:
-        known = self._per_element.get(node)
-        if known is None:
-            inner = set(self.kernel.inner_vars)
-            known = any(inner & idx.free_vars() for idx in ir.indices_of(node)) or \
-                any(self.per_element(child) for child in node.children())
-            self._per_element[node] = known
-        return known
-
-    def cost(self, node: Expr) -> int:
-        """Per-element operations to recompute ``node`` from the values in row arrays so far (a
-        transcendental counts 8)."""
-        total = 0
-        for part in _visit([node], lambda n: n is not node and n in self.available):
-            if isinstance(part, (Op, Cast)) and self.per_element(part):
-                total += 8 if isinstance(part, Op) and part.op in EXPENSIVE_OPS else 1
-        return total
-
-
-def _step_bodies(step: LoopStep, skip: set[str] = frozenset()) -> list[Expr]:
-    return [r.body for r in step.reductions] + [st.body for st in step.stores if st.buffer not in skip]
-
-
-def _visit(bodies: list[Expr], stop) -> set[Expr]:
-    """Nodes reached from ``bodies`` top-down, not entering (nor counting) nodes where ``stop`` holds."""
-    seen: set[Expr] = set()
-    stack = list(bodies)
-    while stack:
-        node = stack.pop()
-        if node in seen or stop(node):
-            continue
-        seen.add(node)
-        stack.extend(node.children())
-    return seen
-
-
-def _ctype_size(ctype: str) -> int:
-    return {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "uint16_t": 2, "int16_t": 2}.get(ctype, 1)
 
 
 # ============================================================ scalar printing

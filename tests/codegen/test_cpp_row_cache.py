@@ -1,4 +1,4 @@
-"""Row arrays of multi-pass row kernels in the C++ code generator (codegen/cpp.py, ``RowCache``):
+"""Row arrays of multi-pass row kernels in the C++ code generator (codegen/cpp_rows.py, ``RowCache``):
 a value that a later pass over a row reuses is stored by the first pass that computes it into a
 per-thread row array; a buffer that only later passes of its kernel read lives in a row array;
 one that nobody reads is not stored.  Compared with eager, and the generated source is checked
@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 import ember
 from ember.backend import compile_graph
-from ember.codegen import cpp
+from ember.codegen import cpp, cpp_rows
 
 REUSED_VALUE = "that later passes reuse"
 PRIVATE_BUFFER = "only later passes of this kernel read it"
@@ -96,7 +96,7 @@ def test_row_cache_off_gives_the_same_values(monkeypatch):
     args = (torch.randn(4, 8, 200), *params(200))
     compiled, sources = compile_recording(pointwise_chain)
     with_cache = compiled(*args)
-    monkeypatch.setattr(cpp, "ROW_CACHE_ELEMENTS", 0)
+    monkeypatch.setattr(cpp_rows, "ROW_CACHE_ELEMENTS", 0)
     off, off_sources = compile_recording(pointwise_chain)
     without = off(*args)
     assert REUSED_VALUE in sources[0] and REUSED_VALUE not in off_sources[0]
@@ -105,7 +105,7 @@ def test_row_cache_off_gives_the_same_values(monkeypatch):
 
 def test_long_rows_keep_the_general_form():
     """Rows longer than ROW_CACHE_ELEMENTS recompute (the arrays would not stay in cache)."""
-    x = torch.randn(2, cpp.ROW_CACHE_ELEMENTS + 1)
+    x = torch.randn(2, cpp_rows.ROW_CACHE_ELEMENTS + 1)
     compiled, sources = compile_recording(softmax_of_tanh)
     torch.testing.assert_close(compiled(x), softmax_of_tanh(x), **FP32)
     assert "row_cache" not in sources[0]
