@@ -35,8 +35,10 @@ PARALLEL_THRESHOLD = 1 << 15
 # adjacent columns reduced together by a column-tiled reduction (0: never column-tile, for A/B runs)
 COLUMN_TILE = 64
 COLUMN_REDUCTIONS = ("sum", "max", "min", "prod")
-# float exp (and sigmoid) through the prelude's ember_expf, vectorized for every input (False:
-# libmvec's expf, which goes lane by lane on -inf and on values below about -87: for A/B runs)
+# float exp through the prelude's ember_expf, vectorized for every input, where its argument may be
+# far below zero: a masked value (-inf) or one minus a row's max (softmax, logsumexp).  libmvec's
+# expf goes lane by lane there (5-12x slower), but is faster in the plain range (1.15 vs 1.9
+# ns/element on a Zen 1 host), so other exps keep it.  False: libmvec's everywhere, for A/B runs.
 INLINE_EXPF = True
 STORAGE_TYPE = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
@@ -540,8 +542,26 @@ class KernelPrinter:
                 self.float_to_int = True
             return _cast(self.arg(node.arg), node.arg.dtype, node.dtype)
         if isinstance(node, Op):
-            return render_op(node, [self.arg(a) for a in node.args])
+            inline_exp = node.op == "exp" and INLINE_EXPF and self.may_be_far_below_zero(node.args[0])
+            return render_op(node, [self.arg(a) for a in node.args], inline_exp)
         raise CompileError(f"cannot print {type(node).__name__}", stage="codegen")
+
+    def may_be_far_below_zero(self, expr: Expr) -> bool:
+        """Does ``expr`` hold a -inf constant or subtract a max reduction (see INLINE_EXPF)?"""
+        maxima = self.max_reductions
+        for node in ir.walk(expr):
+            if isinstance(node, Const) and node.dtype.is_floating_point and node.value == float("-inf"):
+                return True
+            if isinstance(node, Op) and node.op == "sub" and any(
+                    isinstance(part, Load) and part.buffer in maxima for part in ir.walk(node.args[1])):
+                return True
+        return False
+
+    @property
+    def max_reductions(self) -> set[str]:
+        """Names of this kernel's max reductions (a Load of one reads its register)."""
+        return {red.name for step in self.kernel.steps for red in step.reductions
+                if red.reduction_type in ("max", "amax")}
 
     def address(self, plan: BufferPlan, index: tuple[Index, ...], depth: int = 0) -> str:
         return self.index(flat_address(plan, index), depth)
@@ -690,8 +710,9 @@ _BOOL_OPS = {"add": "({0} || {1})", "mul": "({0} && {1})", "maximum": "({0} || {
              "bitwise_not": "!({0})", "abs": "{0}"}
 
 
-def render_op(node: Op, args: list[str]) -> str:
-    """C++ for one elementwise op on already-computed operands."""
+def render_op(node: Op, args: list[str], inline_exp: bool = False) -> str:
+    """C++ for one elementwise op on already-computed operands (``inline_exp``: a float exp
+    through the prelude's ember_expf, see INLINE_EXPF)."""
     name = node.op
     if name == "where":
         return f"({args[0]} ? {args[1]} : {args[2]})"
@@ -718,6 +739,6 @@ def render_op(node: Op, args: list[str]) -> str:
                 "{T}", "double")
     if template is None:
         raise CompileError(f"no C++ rendering for {name} on {operand_dtype}", stage="codegen", op=name)
-    if T == "float" and INLINE_EXPF and name in ("exp", "sigmoid"):
-        template = template.replace("exp{F}(", "ember_expf(")
+    if T == "float" and inline_exp and name == "exp":
+        template = "ember_expf({0})"
     return template.format(*args, T=T, F="f" if T == "float" else "")
