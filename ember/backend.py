@@ -79,6 +79,10 @@ def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOpt
     """The backend entry: from input metadata, never real values (so that a joint graph's halves
     compile alike).  Training graphs (grad mode on, an input requiring grad) go to autodiff."""
     start = time.perf_counter()
+    if _device_of(specs).type == "cuda":
+        from ember.runtime import triton_build
+        if not triton_build.interpreted():
+            triton_build.start_compile_workers()     # up by the time the kernels are generated
     try:
         prim_graph = to_prim_graph(graph)
         if needs_autodiff(specs):

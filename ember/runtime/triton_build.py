@@ -291,6 +291,36 @@ def _compile(fn: Any, kernel: Any, aligned: list[bool], target: Any = None) -> A
 
 
 _process_pool: Any = None
+PROCESS_MIN_KERNELS = 16      # fewer compile about as fast in threads as cold workers start
+
+
+def _compile_workers() -> Any:
+    """The compile worker processes (spawned: each imports torch, seconds), or None."""
+    global _process_pool
+    if config.compile_processes <= 1:
+        return None
+    with _lock:
+        if _process_pool is None:
+            import multiprocessing
+            _process_pool = concurrent.futures.ProcessPoolExecutor(
+                config.compile_processes, mp_context=multiprocessing.get_context("spawn"))
+    return _process_pool
+
+
+def start_compile_workers() -> None:
+    """Start the workers in the background when a CUDA graph starts compiling, so that they are up
+    by the time its kernels are generated (the first graph's capture and lowering take seconds)."""
+    try:
+        pool = _compile_workers()
+        if pool is not None:
+            for _ in range(config.compile_processes):
+                pool.submit(_worker_ready)
+    except Exception:  # noqa: BLE001 - no worker processes here: threads only
+        config.compile_processes = 0
+
+
+def _worker_ready() -> None:
+    return None
 
 
 def _precompile_in_processes(source: str, kernels: list, target: Any = None) -> None:
@@ -298,20 +328,17 @@ def _precompile_in_processes(source: str, kernels: list, target: Any = None) -> 
     threads below compiled one kernel at a time (ViT's training step: 97 kernels, 15 s).  The
     workers fill Triton's cache; the compiles here then load from it.  Best effort: a worker that
     fails leaves its kernel to be compiled (and its error raised) here."""
-    global _process_pool
-    if config.compile_processes <= 1 or len(kernels) < 2:
+    if len(kernels) < PROCESS_MIN_KERNELS and _process_pool is None:
         return
     caches = {k: os.environ[k] for k in ("TRITON_CACHE_DIR", "EMBER_CACHE_DIR") if k in os.environ}
     try:
+        pool = _compile_workers()
+        if pool is None:
+            return
         if target is None:
             import triton
             target = triton.runtime.driver.active.get_current_target()
-        with _lock:
-            if _process_pool is None:
-                import multiprocessing
-                _process_pool = concurrent.futures.ProcessPoolExecutor(
-                    config.compile_processes, mp_context=multiprocessing.get_context("spawn"))
-        futures = [_process_pool.submit(_compile_in_worker, source, kernel, target, caches) for kernel in kernels]
+        futures = [pool.submit(_compile_in_worker, source, kernel, target, caches) for kernel in kernels]
         concurrent.futures.wait(futures)
     except Exception:  # noqa: BLE001 - no worker processes here (a sandbox, a broken pool): threads only
         config.compile_processes = 0

@@ -41,6 +41,7 @@ def test_workers_fill_tritons_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "ember"))
     monkeypatch.setattr(config, "compile_processes", 2)
+    monkeypatch.setattr(triton_build, "PROCESS_MIN_KERNELS", 2)
     source, kernels = _kernels()
     assert len(kernels) >= 2
     try:
