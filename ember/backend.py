@@ -75,11 +75,16 @@ def compile_graph(graph: Graph, example_inputs: list, options: CompileOptions | 
     return compile_from_specs(graph, input_specs(example_inputs), CompileOptions.from_options(options))
 
 
+# graphs this large get tens of kernels: worth compiling them in worker processes (whose start
+# competes with a small graph's whole compile for the CPU)
+WORKERS_MIN_NODES = 150
+
+
 def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
     """The backend entry: from input metadata, never real values (so that a joint graph's halves
     compile alike).  Training graphs (grad mode on, an input requiring grad) go to autodiff."""
     start = time.perf_counter()
-    if _device_of(specs).type == "cuda":
+    if _device_of(specs).type == "cuda" and len(graph.nodes) >= WORKERS_MIN_NODES:
         from ember.runtime import triton_build
         if not triton_build.interpreted():
             triton_build.start_compile_workers()     # up by the time the kernels are generated

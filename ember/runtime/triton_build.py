@@ -308,8 +308,8 @@ def _compile_workers() -> Any:
 
 
 def start_compile_workers() -> None:
-    """Start the workers in the background when a CUDA graph starts compiling, so that they are up
-    by the time its kernels are generated (the first graph's capture and lowering take seconds)."""
+    """Start the workers in the background when a large CUDA graph starts compiling, so that they
+    are up by the time its kernels are generated (its capture and lowering take seconds)."""
     try:
         pool = _compile_workers()
         if pool is not None:
@@ -328,7 +328,7 @@ def _precompile_in_processes(source: str, kernels: list, target: Any = None) -> 
     threads below compiled one kernel at a time (ViT's training step: 97 kernels, 15 s).  The
     workers fill Triton's cache; the compiles here then load from it.  Best effort: a worker that
     fails leaves its kernel to be compiled (and its error raised) here."""
-    if len(kernels) < PROCESS_MIN_KERNELS and _process_pool is None:
+    if len(kernels) < PROCESS_MIN_KERNELS:
         return
     caches = {k: os.environ[k] for k in ("TRITON_CACHE_DIR", "EMBER_CACHE_DIR") if k in os.environ}
     try:
