@@ -144,6 +144,7 @@ class TrainingStep:
                     specs += [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
                     # the backward takes one list that it empties (see _CompiledFunction.backward)
                     self.backward_graph.extra["boxed_inputs"] = True
+                    self.backward_graph.extra["backward"] = True     # the scheduler's memory rules
                     try:
                         self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
                         self._backward = self.backward_compiled.call

@@ -86,6 +86,7 @@ class _Lowering:
             strides.append(tuple(meta.stride) if isinstance(meta, TensorMeta) else None)
         program = ir.LoopProgram(self.nodes, outputs, strides, len(self.graph.placeholders))
         program.extra["layouts"] = self.layouts
+        program.extra["backward"] = bool(self.graph.extra.get("backward"))    # a training step's backward
         return program
 
     def record_layout(self, node: Node, value: Any) -> None:
