@@ -461,6 +461,25 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
                           for name in grads})
 
 
+def _cpu_flash(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None): ...  # noqa: E704
+
+
+@extern_vjp_rule(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
+def cpu_flash_attention_vjp(grad: Any, out: Any, *args: Any, **kwargs: Any) -> tuple:
+    """Eager's CPU flash attention backward, from the forward's output and log-sum-exp (saved),
+    as eager runs it (prims/decompositions/attention.py emits the forward op in training)."""
+    call = _Call(_signature(_cpu_flash), args, kwargs)
+    grad_out = grad[0] if isinstance(grad, (tuple, list)) else grad
+    if grad_out is None or not any(call.needs(name) for name in ("query", "key", "value")):
+        return call.result()
+    output, logsumexp = out
+    q, k, v = call["query"], call["key"], call["value"]
+    dq, dk, dv = ops.extern(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+                            ops.cast(grad_out, q.dtype), q, k, v, output, logsumexp, call["dropout_p"],
+                            call["is_causal"], attn_mask=call["attn_mask"], scale=call["scale"])
+    return call.result(query=dq, key=dk, value=dv)
+
+
 def _all_true(mask: Any) -> bool:
     if not is_tensor(mask) or mask.dtype != torch.bool:
         return False

@@ -545,3 +545,31 @@ def test_compiled_backward_cuda(case):
         check(target, inputs, make, atol=1e-4, rtol=1e-4, compiled=True)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [True, False])
+def test_cpu_attention_trains_through_eagers_flash_kernels(causal, dtype):
+    """On the CPU in training, attention is eager's flash op (output and log-sum-exp) and its
+    backward op reads them: no recomputation, the same kernels as eager."""
+    import ember
+    from ember.backend import compile_graph
+    compiled_graphs = []
+
+    def backend(graph, example_inputs):
+        compiled_graphs.append(compile_graph(graph, example_inputs, {"fallback": "error"}))
+        return compiled_graphs[-1]
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q * 2.0, k, v, is_causal=causal).tanh()
+    inputs = [torch.randn(2, 3, 7, 8, dtype=dtype) for _ in range(3)]
+    eager_inputs = [t.clone().requires_grad_() for t in inputs]
+    ember_inputs = [t.clone().requires_grad_() for t in inputs]
+    weight = torch.rand(2, 3, 7, 8, dtype=dtype)
+    (attention(*eager_inputs) * weight).sum().backward()
+    (ember.compile(attention, backend=backend)(*ember_inputs) * weight).sum().backward()
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    for a, e in zip(ember_inputs, eager_inputs):
+        torch.testing.assert_close(a.grad, e.grad, **tol)
+    assert "flash_attention_for_cpu" in compiled_graphs[0].source            # the forward
+    assert "flash_attention_for_cpu_backward" in compiled_graphs[0].call.backward_compiled.source

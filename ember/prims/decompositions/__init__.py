@@ -2,6 +2,7 @@
 `ember.prims.registry.DECOMPOSITIONS` and derives the in-place spellings."""
 from ember.prims.decompositions import (  # noqa: F401
     activations,
+    attention,
     creation,
     elementwise,
     indexing,
