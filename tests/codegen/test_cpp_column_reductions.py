@@ -12,21 +12,10 @@ import torch
 from torch.nn import functional as F
 
 import ember
-from ember.backend import compile_graph
 from ember.codegen import cpp
+from recording import compile_recording
 
 COLUMN_FORM = "column-tiled reduction"
-
-
-def compile_recording(fn):
-    """ember.compile with the default CPU backend (C++), keeping each graph's generated source."""
-    sources: list[str] = []
-
-    def backend(graph, example_inputs):
-        compiled = compile_graph(graph, example_inputs)
-        sources.append(compiled.source)
-        return compiled
-    return ember.compile(fn, backend=backend), sources
 
 
 def with_nans(x: torch.Tensor) -> torch.Tensor:

@@ -8,19 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import ember
-from ember.backend import compile_graph
 from ember.codegen import cpp
-
-
-def compile_recording(fn):
-    sources: list[str] = []
-
-    def backend(graph, example_inputs):
-        compiled = compile_graph(graph, example_inputs)
-        sources.append(compiled.source)
-        return compiled
-    return ember.compile(fn, backend=backend), sources
+from recording import compile_recording
 
 
 def whole_range(dtype: torch.dtype) -> torch.Tensor:

@@ -12,22 +12,11 @@ import torch
 from torch.nn import functional as F
 
 import ember
-from ember.backend import compile_graph
 from ember.codegen import cpp, cpp_rows
+from recording import compile_recording
 
 REUSED_VALUE = "that later passes reuse"
 PRIVATE_BUFFER = "only later passes of this kernel read it"
-
-
-def compile_recording(fn):
-    """ember.compile with the default CPU backend (C++), keeping each graph's generated source."""
-    sources: list[str] = []
-
-    def backend(graph, example_inputs):
-        compiled = compile_graph(graph, example_inputs)
-        sources.append(compiled.source)
-        return compiled
-    return ember.compile(fn, backend=backend), sources
 
 
 def record_generated(monkeypatch) -> list[str]:

@@ -7,6 +7,7 @@ import torch
 import ember
 from ember.backend import compile_graph
 from ember.lower import lowering
+from recording import compile_recording
 
 
 @pytest.fixture(autouse=True)
@@ -44,14 +45,8 @@ CASES = [
 def test_padded_matmul_matches_eager(fn, make, options):
     if options:
         pytest.importorskip("triton")
-    sources = []
-
-    def backend(graph, example_inputs):
-        compiled = compile_graph(graph, example_inputs, options=options)
-        sources.append(compiled.source)
-        return compiled
     inputs = make()
-    compiled = ember.compile(fn, backend=backend)
+    compiled, sources = compile_recording(fn, options)
     expected = fn(*inputs)
     out = compiled(*inputs)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

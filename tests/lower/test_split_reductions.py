@@ -9,6 +9,7 @@ import ember
 from ember.backend import compile_graph
 from ember.lower import split_reductions
 from ember.lower.split_reductions import SplitPolicy
+from recording import compile_recording
 
 
 @pytest.fixture(autouse=True)
@@ -81,16 +82,11 @@ TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1.6e-2, 1e-2)}
 def test_split_reduction_matches_eager(name, fn, make, splits, options):
     if options:
         pytest.importorskip("triton")
-    sources = []
-
-    def backend(graph, example_inputs):
-        compiled = compile_graph(graph, example_inputs, options=options)
-        sources.append(compiled.source)
-        return compiled
     inputs = make()
     expected_inputs = [t.clone() for t in inputs]
     expected = fn(*expected_inputs)
-    out = ember.compile(fn, backend=backend)(*inputs)
+    compiled, sources = compile_recording(fn, options)
+    out = compiled(*inputs)
     for a, e in zip(out, expected):
         rtol, atol = TOL.get(e.dtype, (0, 0))
         torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
@@ -134,13 +130,8 @@ def test_partials_of_a_column_reduction_keep_rows_adjacent(fn, make, columns):
     together are adjacent in memory and get the column form (many rows, a short reduced block),
     not chunks of one channel far apart."""
     pytest.importorskip("triton")
-    sources = []
-
-    def backend(graph, example_inputs):
-        compiled = compile_graph(graph, example_inputs, options={"cpu_backend": "triton"})
-        sources.append(compiled.source)
-        return compiled
-    ember.compile(fn, backend=backend)(*make())
+    compiled, sources = compile_recording(fn, {"cpu_backend": "triton"})
+    compiled(*make())
     kernels = sources[0].split("# ---- kernels")[1].split("@triton.jit")
     stage1 = [k for k in kernels if "(split, stage 1)" in k]
     assert stage1

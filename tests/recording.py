@@ -1,0 +1,19 @@
+"""ember.compile through a backend that keeps each compiled graph's generated source."""
+from __future__ import annotations
+
+from typing import Any
+
+import ember
+from ember.backend import compile_graph
+
+
+def compile_recording(fn: Any, options: dict | None = None) -> tuple[Any, list[str]]:
+    """ember.compile(fn) with the backend's own defaults (C++ on the CPU) or ``options``; the
+    list fills with the source of every graph it compiles."""
+    sources: list[str] = []
+
+    def backend(graph, example_inputs):
+        compiled = compile_graph(graph, example_inputs, options)
+        sources.append(compiled.source)
+        return compiled
+    return ember.compile(fn, backend=backend), sources
