@@ -26,6 +26,7 @@ from ember.errors import CompileError
 from ember.graph import TensorMeta, contiguous_strides, target_name, tree_leaves, tree_map
 from ember.prims import ops
 from ember.prims import primitives as P
+from ember.prims.decompositions import attention
 from ember.prims.values import Value, constant_tensor, emit_with_meta, is_tensor
 
 F = torch.nn.functional
@@ -419,16 +420,12 @@ def view_vjp(grad: Value, out: Value, x: Value, *shape: Any) -> tuple:
 ATEN_ATTENTION_BACKWARD_DEVICES = {"cuda"}
 
 
-def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,  # noqa: E704
-          enable_gqa=False): ...
-
-
 @extern_vjp_rule(F.scaled_dot_product_attention)
 def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
     """Recompute P = softmax(Q K^T * scale + mask) in fp32 prims (plus two matmul Externs) and
     differentiate: dV = P^T dO, dS = P * (dO V^T - rowsum(dO V^T * P)), dQ = dS K * scale,
     dK = dS^T Q * scale."""
-    call = _Call(_signature(_sdpa), args, kwargs)
+    call = _Call(_signature(attention.sdpa_signature), args, kwargs)
     if call["dropout_p"] != 0:
         raise CompileError("scaled_dot_product_attention with dropout cannot be re-run exactly for its "
                            "backward", stage="autodiff", op="scaled_dot_product_attention")
@@ -436,7 +433,7 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
         # a mask built from constants that is True everywhere (HF's bidirectional mask without
         # padding): the forward's lowering drops it too, and the fused kernels run without one
         args, kwargs = _without_mask(args, kwargs)
-        call = _Call(_signature(_sdpa), args, kwargs)
+        call = _Call(_signature(attention.sdpa_signature), args, kwargs)
     if call["enable_gqa"] or call["query"].device.type in ATEN_ATTENTION_BACKWARD_DEVICES and \
             call["attn_mask"] is None:
         # CUDA: eager's fused attention kernels, forward re-run then backward (one forward more,
@@ -464,7 +461,7 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
 def _cpu_flash(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None): ...  # noqa: E704
 
 
-@extern_vjp_rule(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
+@extern_vjp_rule(attention.CPU_FLASH)
 def cpu_flash_attention_vjp(grad: Any, out: Any, *args: Any, **kwargs: Any) -> tuple:
     """Eager's CPU flash attention backward, from the forward's output and log-sum-exp (saved),
     as eager runs it (prims/decompositions/attention.py emits the forward op in training)."""

@@ -23,11 +23,12 @@ CPU_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _FLASH_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,  # noqa: E704
-          enable_gqa=False): ...
+# F.scaled_dot_product_attention's parameters (a C function: inspect cannot read them)
+def sdpa_signature(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,  # noqa: E704
+                   enable_gqa=False): ...
 
 
-_SIGNATURE = inspect.signature(_sdpa)
+_SIGNATURE = inspect.signature(sdpa_signature)
 
 
 @register(F.scaled_dot_product_attention)
