@@ -1,0 +1,218 @@
+"""User classes: methods, properties, classmethods, staticmethods, dataclasses, inheritance and super(),
+operator overloading, __call__, objects in and out, objects mutated."""
+import dataclasses
+
+import torch
+
+from . import call, program, randn
+
+
+class Affine:
+    def __init__(self, scale, shift):
+        self.scale = scale
+        self.shift = shift
+
+    def __call__(self, x):
+        return x * self.scale + self.shift
+
+    @property
+    def inverse_scale(self):
+        return 1.0 / self.scale
+
+    @classmethod
+    def identity(cls):
+        return cls(1.0, 0.0)
+
+    @staticmethod
+    def clamp(x):
+        return x.clamp(-1, 1)
+
+
+@program(call(randn(3), 2.0), call(randn(3), -1.0), call(randn(5), 0.5), graphs=1, breaks=0)
+def methods_property_classmethod_staticmethod(x, s):
+    a = Affine(s, 1.0)
+    b = Affine.identity()
+    return Affine.clamp(a(x)) * a.inverse_scale + b(x), a.scale
+
+
+@dataclasses.dataclass
+class Stats:
+    mean: torch.Tensor
+    std: torch.Tensor
+    count: int = 0
+    tags: list = dataclasses.field(default_factory=list)
+
+
+@program(call(randn(4, 3)), call(randn(2, 3)), call(randn(6, 2)), graphs=1, breaks=0,
+         count_bug="dataclass field(default_factory=list) breaks capture: '_HAS_DEFAULT_FACTORY_CLASS has no attribute append'")
+def dataclass_built_and_returned(x):
+    stats = Stats(x.mean(0), x.std(0), count=x.shape[0])
+    stats.tags.append("rows")
+    normalized = (x - stats.mean) / (stats.std + 1e-5)
+    return stats, normalized
+
+
+@program(call(Stats(randn(3), randn(3).abs(), 2)), call(Stats(randn(2), randn(2).abs(), 0, ["a"])),
+         call(Stats(randn(1), randn(1).abs(), 5)), graphs=1, breaks=0)
+def dataclass_input_mutated(stats):
+    stats.count += 1
+    stats.tags.append(stats.count)
+    stats.mean = stats.mean * 2
+    stats.std.add_(1)
+    return dataclasses.replace(stats, count=0).count, stats.mean.sum()
+
+
+class Base:
+    factor = 2
+
+    def __init__(self, x):
+        self.x = x
+
+    def forward(self):
+        return self.x * self.factor
+
+    def describe(self):
+        return type(self).__name__
+
+
+class Child(Base):
+    factor = 3
+
+    def __init__(self, x, bias):
+        super().__init__(x)
+        self.bias = bias
+
+    def forward(self):
+        return super().forward() + self.bias
+
+
+@program(call(randn(3), True), call(randn(3), False), call(randn(2), True), graphs=1, breaks=0)
+def inheritance_and_super(x, child):
+    obj = Child(x, 1.0) if child else Base(x)
+    return obj.forward(), obj.describe(), isinstance(obj, Base), type(obj) is Child
+
+
+class Vec:
+    def __init__(self, data):
+        self.data = data
+
+    def __add__(self, other):
+        return Vec(self.data + (other.data if isinstance(other, Vec) else other))
+
+    def __radd__(self, other):
+        return self + other
+
+    def __mul__(self, k):
+        return Vec(self.data * k)
+
+    def __neg__(self):
+        return Vec(-self.data)
+
+    def __matmul__(self, other):
+        return (self.data * other.data).sum()
+
+    def __len__(self):
+        return self.data.shape[0]
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+    def __eq__(self, other):
+        return isinstance(other, Vec) and self.data.shape == other.data.shape
+
+
+@program(call(randn(3), randn(3)), call(randn(4), randn(4)), call(randn(2), randn(2)), graphs=1, breaks=0,
+         count_bug="binary operators on user-class instances (__add__, __mul__, __neg__) break capture")
+def operator_overloading(a, b):
+    u, v = Vec(a), Vec(b)
+    w = -(u + v) * 2 + 1.0
+    w = 3 + w
+    return w.data, u @ v, len(w), w[0], u == v
+
+
+class Accumulator:
+    def __init__(self):
+        self.total = None
+        self.steps = 0
+
+    def add(self, t):
+        self.total = t if self.total is None else self.total + t
+        self.steps += 1
+        return self
+
+
+@program(call(randn(3), 3), call(randn(3), 1), call(randn(2), 4), graphs=1, breaks=0)
+def object_returned_with_state(x, n):
+    acc = Accumulator()
+    for i in range(n):
+        acc.add(x * i)
+    return acc
+
+
+class Holder:
+    def __init__(self, value, history):
+        self.value = value
+        self.history = history
+
+
+@program(call(Holder(randn(3), [])), call(Holder(randn(3), [1])), call(Holder(randn(4), [])), graphs=1, breaks=0)
+def object_input_attributes_mutated(holder):
+    holder.history.append(len(holder.history))
+    old = holder.value
+    holder.value = old * 2
+    holder.extra = old.sum()
+    return old + 1
+
+
+class Shape:
+    sides = 0
+
+    def area(self, x):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.sides})"
+
+
+class Square(Shape):
+    sides = 4
+
+    def area(self, x):
+        return x * x
+
+
+class Triangle(Shape):
+    sides = 3
+
+    def area(self, x):
+        return x * x * 0.5
+
+
+@program(call(randn(3), "square"), call(randn(3), "triangle"), call(randn(2), "square"), graphs=1, breaks=0,
+         count_bug="repr() of a user object with a __repr__ breaks capture ('repr on symbolic values')")
+def polymorphic_dispatch(x, kind):
+    shape = {"square": Square, "triangle": Triangle}[kind]()
+    return shape.area(x), shape.sides, repr(shape), getattr(shape, "missing", None)
+
+
+class Config:
+    def __init__(self, **values):
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def get(self, key, default=None):
+        return getattr(self, key, default)
+
+
+@program(call(randn(3), {"scale": 2.0, "act": "relu"}), call(randn(3), {"act": "gelu"}),
+         call(randn(4), {"scale": 0.5}), graphs=1, breaks=0,
+         count_bug="vars() of a user object breaks capture ('unknown C function vars')")
+def config_object_with_setattr_getattr(x, options):
+    cfg = Config(**options)
+    out = x * cfg.get("scale", 1.0)
+    act = cfg.get("act", "none")
+    if act == "relu":
+        out = torch.relu(out)
+    elif act == "gelu":
+        out = torch.nn.functional.gelu(out)
+    return out, hasattr(cfg, "scale"), vars(cfg)
