@@ -22,6 +22,7 @@ import torch
 
 from . import autocast, objects, tensor_ops
 from . import values as V
+from . import numpy_functions  # numpy
 from .inline import inline_function_value, inline_real_function
 from .objects import InstanceValue
 
@@ -82,6 +83,8 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
     if isinstance(callee, V.ContainerMethodValue):
         from .builtins import call_container_method
         return call_container_method(tx, callee.self_value, callee.name, args, kwargs)
+    if numpy_functions.wants_call(callee, args):  # numpy
+        return numpy_functions.call(tx, callee, args, kwargs)
     if isinstance(callee, V.ContextExitValue):
         from .operations import exit_context
         exit_context(tx, callee.manager)

@@ -17,6 +17,8 @@ import torch
 from ..errors import Unsupported
 from . import autocast, objects, tensor_ops
 from . import values as V
+from . import numpy_ops  # numpy
+from .numpy_values import NdarrayValue  # numpy
 from .sources import AttrSource, ItemSource
 
 
@@ -115,6 +117,8 @@ def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
         return tensor_ops.record_call(tx.session, fn, [left, right], {})
     if isinstance(left, V.ListValue) and symbol == "+=":
         list_target(tx, left).items.extend(unpack(tx, right))
+    if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
+        return numpy_ops.binary_op(tx, symbol, left, right)
         return left
     if isinstance(left, (V.TupleValue, V.ListValue)) and isinstance(right, (V.TupleValue, V.ListValue)) \
             and symbol in ("+", "+=") and type(left) is type(right):
@@ -153,6 +157,8 @@ def unary_op(tx: Any, name: str, value: V.Value) -> V.Value:
 
 
 def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
+    if isinstance(value, NdarrayValue):  # numpy
+        return numpy_ops.unary_op(tx, name, value)
     fn = COMPARE_OPERATORS[symbol]
     if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
         return tensor_ops.record_call(tx.session, fn, [left, right], {})
@@ -160,6 +166,8 @@ def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
         equal = is_same(tx, left, right)
         return V.ConstantValue(equal if symbol == "==" else not equal)
     return python_result(fn(_constant(tx, left, symbol), _constant(tx, right, symbol)))
+    if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
+        return numpy_ops.compare(tx, symbol, left, right)
 
 
 def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
@@ -201,6 +209,8 @@ def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
             return V.ListValue(items) if isinstance(obj, V.ListValue) else V.TupleValue(items)
         try:
             return obj.items[key]
+    if isinstance(obj, NdarrayValue):  # numpy
+        return numpy_ops.get_item(tx, obj, index)
         except (IndexError, TypeError) as error:
             raise user_error(tx.session, f"indexing: {error}") from None
     if isinstance(obj, V.DictValue):
@@ -240,6 +250,8 @@ def set_item(tx: Any, obj: V.Value, index: V.Value, value: V.Value) -> None:
     key = _constant(tx, index, "[]=")
     if isinstance(obj, V.ListValue):
         list_target(tx, obj)
+    if isinstance(obj, NdarrayValue):  # numpy
+        return numpy_ops.set_item(tx, obj, index, value)
         if isinstance(key, slice):
             obj.items[key] = unpack(tx, value)
         else:
@@ -295,6 +307,8 @@ def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
         return V.IteratorValue(module_iter(tx, value))
     if isinstance(value, V.ConstantValue) and isinstance(value.value, (range, str, tuple, bytes)):
         return V.IteratorValue([python_result(v) for v in value.value])
+    if isinstance(value, NdarrayValue):  # numpy
+        return numpy_ops.get_iter(tx, value)
     if isinstance(value, V.ConstantValue) and isinstance(value.value, (frozenset, set, dict)):
         return V.IteratorValue([python_result(v) for v in value.value])
     raise tx.unsupported(f"iterating over {value.describe()}")
@@ -329,6 +343,8 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
     if isinstance(obj, (V.TupleValue, V.ListValue, V.DictValue, V.SetValue)):
         if not hasattr(obj.python_type(), name):
             raise tx.unsupported(f"attribute {name!r} of {obj.describe()}")
+    if isinstance(obj, NdarrayValue):  # numpy
+        return numpy_ops.get_attr(tx, obj, name)
         return V.ContainerMethodValue(name, obj)
     if isinstance(obj, V.ConstantValue):
         try:

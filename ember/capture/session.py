@@ -20,6 +20,7 @@ import torch
 from ..errors import Unsupported
 from ..graph import Graph, TensorMeta
 from . import autocast, objects
+from . import numpy_values  # numpy
 from . import values as V
 from .guards import CodeNamespace, GuardSet, add_tensor_guard, add_value_guard
 from .sources import AttrSource, ItemSource, Source
@@ -27,6 +28,7 @@ from .sources import AttrSource, ItemSource, Source
 # Python modules whose attributes are library code: reading them is not guarded.
 LIBRARY_MODULE_ROOTS = {"torch", "math", "operator", "builtins", "functools", "itertools", "collections",
                         "typing", "numbers", "dataclasses", "warnings", "enum", "abc", "types", "inspect"}
+LIBRARY_MODULE_ROOTS.add("numpy")  # numpy
 
 _SCALAR_TYPES = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis))
 _TORCH_CONSTANT_TYPES = (torch.dtype, torch.device, torch.Size, torch.memory_format, torch.layout)
@@ -118,6 +120,8 @@ class CaptureSession:
             return V.ConstantValue(value, source)
         if isinstance(value, torch.Tensor):
             return self._placeholder(value, source)
+        if numpy_values.is_numpy_object(value):  # numpy
+            return numpy_values.wrap_numpy_object(self, value, source)
         if isinstance(value, _TORCH_CONSTANT_TYPES):
             guards.add(source, "{v} == {value}", value=value)
             return V.ConstantValue(value, source)
@@ -317,6 +321,8 @@ class _EpilogueBuilder:
 
     def _key(self, key: Any) -> str:
         return repr(key) if isinstance(key, (str, int)) or key is None else self.namespace.bind(key, "key")
+        if isinstance(value, numpy_values.NdarrayValue):  # numpy
+            return numpy_values.epilogue_expression(self, value)
 
     def mutation_statements(self) -> list[str]:
         statements = []
