@@ -106,6 +106,62 @@ def stand_in(value: NdarrayValue) -> np.ndarray:
     return np.ones((1,) * value.ndim, dtype=value.dtype)
 
 
+# ---------------------------------------------------------------- NumPy arguments
+NO_VALUE = np._NoValue
+
+
+def reject(tx: Any, name: str, **arguments: Any) -> None:
+    """NumPy arguments that capture does not implement: a graph break unless left at their default."""
+    for key, value in arguments.items():
+        if value is not None and value is not NO_VALUE and not (isinstance(value, V.ConstantValue)
+                                                                  and value.value is None):
+            raise tx.unsupported(f"np.{name}({key}=...) inside a compiled function")
+
+
+def dtype_arg(tx: Any, value: Any) -> np.dtype | None:
+    python = constant(tx, value, "dtype")
+    return None if python is None else np.dtype(python)
+
+
+def axes_arg(tx: Any, array: NdarrayValue, axis: Any) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple) as sorted non-negative dims; NumPy's own errors."""
+    axis = constant(tx, axis, "axis")
+    if axis is None:
+        return tuple(range(array.ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    try:
+        normalized = tuple(sorted(np.lib.array_utils.normalize_axis_tuple(axes, array.ndim)))
+    except (np.exceptions.AxisError, TypeError, ValueError) as error:
+        raise user_error(tx, str(error)) from None
+    return normalized
+
+
+def axis_arg(tx: Any, array: NdarrayValue, axis: Any) -> int:
+    axis = constant(tx, axis, "axis")
+    try:
+        return np.lib.array_utils.normalize_axis_index(operator.index(axis), array.ndim)
+    except (np.exceptions.AxisError, TypeError) as error:
+        raise user_error(tx, str(error)) from None
+
+
+def probe_dtype(tx: Any, fn: Callable, *args: Any, **kwargs: Any) -> np.dtype:
+    """Result dtype of the real NumPy function on stand-ins (and NumPy's own argument errors)."""
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*args, **kwargs)).dtype
+    except (TypeError, ValueError, np.exceptions.AxisError) as error:
+        raise user_error(tx, f"{getattr(fn, '__name__', fn)}: {error}") from None
+
+
+def shape_arg(tx: Any, shape: Any) -> tuple[int, ...]:
+    python = constant(tx, shape, "shape")
+    try:
+        return tuple(operator.index(s) for s in python) if isinstance(python, (tuple, list)) else \
+            (operator.index(python),)
+    except TypeError as error:
+        raise user_error(tx, str(error)) from None
+
+
 # ---------------------------------------------------------------- ufuncs
 def _sign(tx: Any, x: V.TensorValue) -> V.Value:
     if not x.meta.dtype.is_floating_point:
@@ -273,7 +329,7 @@ def get_attr(tx: Any, value: NdarrayValue, name: str) -> V.Value:
             return V.TupleValue([V.ConstantValue(v) for v in python])
         return V.ConstantValue(python)
     if name in ("T", "mT"):
-        from .numpy_functions import transpose
+        from .numpy_shapes import transpose
         return transpose(tx, value) if name == "T" else transpose(tx, value, _swap_last(value.ndim))
     if name == "real" and not np.issubdtype(value.dtype, np.complexfloating):
         return value

@@ -126,7 +126,7 @@ def is_numpy_object(value: Any) -> bool:
 def wrap_numpy_object(session: Any, value: Any, source: Source) -> V.Value:
     """A guarded Value for an ndarray (a placeholder) or a NumPy scalar (a constant)."""
     if isinstance(value, np.generic):
-        if type(value) not in {np.dtype(t).type for t in _DTYPES} or value != value:
+        if type(value) not in {np.dtype(t).type for t in _DTYPES} or np.isnan(value):
             raise Unsupported(f"NumPy scalar {type(value).__name__} {value!r} as an input")
         session.guards.add(source, "type({v}) is {cls} and {v} == {value}", cls=type(value), value=value)
         return V.ConstantValue(value, source)
