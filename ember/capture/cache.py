@@ -26,10 +26,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from .. import config
 from ..debug.logs import CHANNELS, enabled, log
 from ..errors import CompileError, Unsupported
 from ..graph import Graph
+from . import breaks
 from .autocast import run_without_autocast
 from .frame import FrameSpec, capture_frame
 from .session import CaptureSession
@@ -79,16 +82,22 @@ _ALL: weakref.WeakSet[CapturedFunction] = weakref.WeakSet()
 
 class CapturedFunction:
     def __init__(self, fn: Any, backend: Callable, fullgraph: bool = False,
-                 cache_size_limit: int | None = None) -> None:
+                 cache_size_limit: int | None = None, parent: CapturedFunction | None = None) -> None:
         self.spec = FrameSpec(fn)
         self.backend = backend
         self.fullgraph = fullgraph
         self._cache_size_limit = cache_size_limit
         self.entries: list[CacheEntry] = []   # replaced, never mutated in place (lock-free hits)
-        self.events: list[CaptureEvent] = []
+        # continuations and callees compiled at graph breaks report to, and are owned by, the
+        # function the user compiled
+        self.events: list[CaptureEvent] = parent.events if parent is not None else []
+        self.registry = parent.registry if parent is not None else breaks.BreakRegistry(self._compile_part)
         self._warned_limit = False
         self._lock = threading.RLock()  # re-entrant: an eager run may call this function again
         _ALL.add(self)
+
+    def _compile_part(self, fn: Any) -> CapturedFunction:
+        return CapturedFunction(fn, self.backend, False, self._cache_size_limit, parent=self)
 
     @property
     def cache_size_limit(self) -> int:
@@ -98,6 +107,7 @@ class CapturedFunction:
         """Drop compiled entries and events; the next call captures again."""
         self.entries = []
         self.events.clear()
+        self.registry.clear()
         self._warned_limit = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -192,8 +202,45 @@ class CapturedFunction:
                                   session.current_line() if session else "")
             failure.cacheable = False
         if failure is not None:  # outside the except block: an eager error must not chain to it
+            stop = None
+            if not self.fullgraph and getattr(failure, "cacheable", True) \
+                    and not getattr(failure, "eager_may_raise", False):
+                stop = breaks.break_point(session)
+            if stop is not None:
+                split = self._capture_until(L, stop, failure, recompile_reason, started)
+                if split is not None:
+                    return split
             return self._graph_break(session, failure, recompile_reason, started), ()
+        return self._add_entry(session, epilogue, recompile_reason, started)
 
+    def _capture_until(self, L: dict, stop: tuple[int, int], failure: Unsupported, recompile_reason: str | None,
+                       started: float) -> tuple[CacheEntry, tuple] | None:
+        """Capture again up to the instruction that broke the graph; the entry runs the graph so far,
+        that instruction natively and the rest of the frame as a compiled continuation.
+        None: the frame cannot be split there (it then runs eagerly)."""
+        session = CaptureSession(self.spec.globals)
+        session.stop_at = stop
+        try:
+            capture_frame(self.spec, L, session)
+            return None            # did not reach the same point again
+        except breaks.StopCapture as signal:
+            translator = signal.translator
+        except Exception:
+            return None
+        location = failure.source_line or ""
+        try:
+            frame = self.registry.frame_of(self.spec.function)
+            runner = breaks.plan(session, translator, frame, self.registry, failure.reason, location)
+            session.add_no_alias_guard()
+        except Unsupported as error:
+            log("graph_breaks", f"{self.spec.name}: cannot split the frame at {location}: {error.reason}")
+            return None
+        log("graph_breaks", f"{self.spec.name}: {failure.reason} at {location}\n{runner.source}")
+        return self._add_entry(session, runner.function, recompile_reason, started, failure)
+
+    def _add_entry(self, session: CaptureSession, epilogue: Callable, recompile_reason: str | None,
+                   started: float, failure: Unsupported | None = None) -> tuple[CacheEntry, tuple]:
+        """Compile the session's graph and put it in front of the cache."""
         graph = session.graph
         guard_fn, guard_source = session.guards.build(session.placeholder_sources)
         texts = session.guards.texts()
@@ -202,7 +249,10 @@ class CapturedFunction:
         if enabled("guards"):
             log("guards", f"{self.spec.name}\n" + "\n".join(texts))
         autocast_devices = session.autocast.entry_enabled_devices()
-        if session.needs_eager_autograd() or session.mixes_devices():
+        has_work = failure is None or _has_work(graph)
+        if not has_work:
+            compiled = _no_graph   # the part before a graph break computes nothing
+        elif session.needs_eager_autograd() or session.mixes_devices():
             compiled = _eager_graph(graph)
         elif autocast_devices:  # the backend may run ops while compiling (autotuning, checks)
             compiled = run_without_autocast(autocast_devices, self.backend, (graph, list(session.example_inputs)))
@@ -210,8 +260,10 @@ class CapturedFunction:
             compiled = self.backend(graph, list(session.example_inputs))
         entry = CacheEntry(guard_fn, texts, compiled, epilogue, guard_source, autocast_devices)
         self.entries = [entry] + self.entries
-        self.events.append(CaptureEvent(graph, compiled, texts, recompile_reason=recompile_reason,
-                                        capture_seconds=time.perf_counter() - started))
+        self.events.append(CaptureEvent(graph if has_work else None, compiled, texts,
+                                        failure.reason if failure else None,
+                                        (failure.source_line or None) if failure else None,
+                                        recompile_reason, time.perf_counter() - started))
         return entry, tuple(session.example_inputs)
 
     def _graph_break(self, session: Any, error: Unsupported, recompile_reason: str | None,
@@ -245,6 +297,14 @@ class _EagerThenFail:
     exception reaches the user; if eager does not raise, the break is a CompileError."""
 
     error: CompileError
+
+
+def _has_work(graph: Graph) -> bool:
+    return any(node.target is not torch._C._set_grad_enabled for node in graph.call_nodes())
+
+
+def _no_graph(*inputs: Any) -> tuple:
+    return ()
 
 
 def _eager_graph(graph: Graph) -> Callable:

@@ -119,6 +119,8 @@ class RootContext:
 def capture_frame(spec: FrameSpec, L: dict[str, Any], session: CaptureSession) -> V.Value:
     """Interpret the root with the real argument values; returns the result Value."""
     local_values = {name: session.wrap(value, LocalSource(name)) for name, value in L.items()}
+    if spec.module is None or not (spec.module._forward_pre_hooks or spec.module._forward_hooks):
+        session.root_code = spec.code  # a graph break can resume this frame (hooks would run after it)
     if spec.module is not None:
         from .modules import call_module
         args, kwargs = _module_call_arguments(spec.code, local_values)
@@ -129,6 +131,8 @@ def capture_frame(spec: FrameSpec, L: dict[str, Any], session: CaptureSession) -
              for name, cell in zip(spec.code.co_freevars, spec.function.__closure__ or ())}
     translator = InstructionTranslator(session, spec.code, spec.globals, local_values, cells,
                                        function_name=spec.name)
+    # a continuation entered inside `with no_grad():` gets that block's __exit__ as an argument
+    translator.active_contexts = [v.manager for v in local_values.values() if isinstance(v, V.ContextExitValue)]
     return translator.run()
 
 

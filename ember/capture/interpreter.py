@@ -25,6 +25,7 @@ from . import calls
 from . import operations as ops
 from . import values as V
 from .autocast import AutocastValue
+from .breaks import StopCapture
 from .sources import cell_source, global_source
 
 PY312 = sys.version_info >= (3, 12)
@@ -33,6 +34,8 @@ MAX_INLINE_DEPTH = 48
 CO_VARARGS = 0x04
 CO_VARKEYWORDS = 0x08
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
+CO_GENERATOR = 0x20
+CO_ITERABLE_COROUTINE = 0x100
 
 _BINARY_OPS = {name: i for i, (_, name) in enumerate(getattr(dis, "_nb_ops", []))}
 
@@ -83,11 +86,15 @@ class ReturnSignal(Exception):
 class InstructionTranslator:
     def __init__(self, session: Any, code: types.CodeType, globals_dict: dict, local_values: dict[str, V.Value],
                  cells: dict[str, Any], depth: int = 0, function_name: str = "") -> None:
-        # generator expressions are run to completion (they are pure); other generators break
-        self.yields: list[V.Value] | None = [] if code.co_name == "<genexpr>" else None
-        if code.co_flags & CO_GENERATOR_LIKE and self.yields is None:
-            raise Unsupported(f"generator or coroutine {code.co_name}()", session.current_line(),
-                              "use a list instead of yield")
+        # generators (and generator expressions) run lazily: see RETURN_GENERATOR
+        self.yields: list[V.Value] | None = None  # unused (generators were once run to completion)
+        self.generator: V.GeneratorValue | None = None
+        if code.co_flags & CO_GENERATOR_LIKE:
+            if not code.co_flags & CO_GENERATOR or code.co_flags & CO_ITERABLE_COROUTINE:
+                raise Unsupported(f"coroutine {code.co_name}()", session.current_line())
+            if any(inst.opname == "PUSH_EXC_INFO" for inst in _decoded(code)[0]):
+                # try/finally or with around a yield: eager runs the handler when the generator is closed
+                raise Unsupported(f"generator {code.co_name}() with try or with blocks", session.current_line())
         if depth > MAX_INLINE_DEPTH:
             raise Unsupported("inlining too deep (recursion?)", session.current_line())
         self.session = session
@@ -103,6 +110,10 @@ class InstructionTranslator:
         self.lineno = code.co_firstlineno
         self.instruction_offset = 0
         self.active_contexts: list[V.GradModeValue] = []
+        # the frame being compiled (not an inlined callee) counts visits per instruction, so that a
+        # second capture can stop at the same visit of the instruction that broke the graph
+        self.visits: dict[int, int] = {}
+        self.failed_instruction: dis.Instruction | None = None
 
     # ------------------------------------------------------------ helpers
     def location(self) -> str:
@@ -131,12 +142,21 @@ class InstructionTranslator:
 
     # ------------------------------------------------------------ main loop
     def run(self) -> V.Value:
-        self.session.line_stack.append(self)
+        session = self.session
+        session.line_stack.append(self)
+        is_frame = self.depth == 0 and self.code is session.root_code and session.root_translator is None
+        if is_frame:
+            session.root_translator = self
+        stop_at = session.stop_at if is_frame else None
         try:
             index = 0
             while True:
                 inst = self.instructions[index]
                 self.instruction_offset = inst.offset
+                if is_frame:
+                    visits = self.visits[inst.offset] = self.visits.get(inst.offset, 0) + 1
+                    if stop_at is not None and stop_at == (inst.offset, visits):
+                        raise StopCapture(self)
                 if inst.positions is not None and inst.positions.lineno is not None:
                     self.lineno = inst.positions.lineno
                 elif inst.starts_line:
@@ -151,6 +171,7 @@ class InstructionTranslator:
                         return V.IteratorValue(self.yields)
                     return self.return_value
                 except Unsupported as error:
+                    self.failed_instruction = inst
                     if not error.source_line:
                         error.source_line = self.session.current_line()
                     # innermost first: where in the inlined call chain the break happened (for logs)
@@ -158,7 +179,7 @@ class InstructionTranslator:
                     raise
                 index = self.index_of_offset[jump] if jump is not None else index + 1
         finally:
-            self.session.line_stack.pop()
+            session.line_stack.pop()
             for context in reversed(self.active_contexts):  # an exit we never reached (break)
                 ops.exit_context(self, context)
 
@@ -497,12 +518,70 @@ class InstructionTranslator:
             return self.instructions[self.index_of_offset[target] + 1].offset
         return target
 
+    # ------------------------------------------------------------ generators
+    # A generator function's frame is kept suspended, as CPython keeps it: calling the function
+    # runs up to RETURN_GENERATOR, which returns a GeneratorValue; each next() on it runs the frame
+    # again (``resume``) from RETURN_GENERATOR, which jumps to where the last yield left off, up to
+    # the next YIELD_VALUE.  The body thus runs exactly when eager runs it, interleaved with the
+    # consumer's own code.
+    def resume(self) -> V.Value | None:
+        """Run a suspended generator frame to its next yield: the Value yielded, None once it returned."""
+        self.yielded = False
+        result = self.run()
+        if self.yielded:
+            return result
+        self.generator.return_value = result
+        return None
+
+    def _next_offset(self, inst) -> int:
+        return self.instructions[self.index_of_offset[inst.offset] + 1].offset
+
     def RETURN_GENERATOR(self, inst):
-        self.push(V.NONE)  # popped by the POP_TOP that follows
+        if self.generator is None:  # the call itself: hand the caller the generator
+            self.generator = V.GeneratorValue(self)
+            self.resume_offset = self._next_offset(inst)
+            self.generator_cells = dict(self.cells)
+            self.return_value = self.generator
+            raise ReturnSignal
+        # a next(): the MAKE_CELLs before this instruction ran again and replaced the cells
+        self.cells.update(self.generator_cells)
+        self.push(V.NONE)  # the value next() sends in
+        return self.resume_offset
 
     def YIELD_VALUE(self, inst):
-        self.yields.append(self.pop())
-        self.push(V.NONE)  # the value sent in
+        if self.active_contexts:
+            raise self.unsupported("yield inside a with-block")
+        self.return_value = self.pop()
+        self.yielded = True
+        self.resume_offset = self._next_offset(inst)
+        raise ReturnSignal
+
+    def GET_YIELD_FROM_ITER(self, inst):
+        self.push(ops.get_iter(self, self.pop()))
+
+    def SEND(self, inst):
+        """``yield from``: the next item of the sub-iterator, or its return value once exhausted."""
+        sent = self.pop()
+        if not ops.is_none(self, sent):
+            raise self.unsupported("generator.send() of a value")
+        receiver = self.stack[-1]
+        if not isinstance(receiver, V.IteratorValue):
+            raise self.unsupported(f"yield from {receiver.describe()}")
+        item = receiver.next_item()
+        if item is not None:
+            self.push(item)
+            return None
+        result = receiver.return_value if isinstance(receiver, V.GeneratorValue) else V.NONE
+        if PY312:  # the receiver stays for END_SEND
+            self.push(result)
+        else:
+            self.stack[-1] = result
+        return inst.argval
+
+    def END_SEND(self, inst):
+        value = self.pop()
+        self.pop()
+        self.push(value)
 
     def RAISE_VARARGS(self, inst):
         raise self.user_error("raise inside a compiled function")

@@ -54,6 +54,11 @@ class CaptureSession:
         # factories and Python-scalar promotion (int tensor * 1.5) follow the default dtype
         self.guards.add(None, "torch.get_default_dtype() is {dtype}", dtype=torch.get_default_dtype())
         self.autocast = autocast.AutocastState(self.guards)
+        # graph breaks (breaks.py): the code of the frame being compiled, its translator once it runs,
+        # and where a second capture stops: (instruction offset, visit count)
+        self.root_code: types.CodeType | None = None
+        self.root_translator: Any = None
+        self.stop_at: tuple[int, int] | None = None
 
     def mixes_devices(self) -> bool:
         """Tensors on a device other than the one a backend compiles for (CUDA when an input is on
@@ -115,13 +120,13 @@ class CaptureSession:
 
     def _wrap_new(self, value: Any, source: Source) -> V.Value:
         guards = self.guards
+        if numpy_values.is_numpy_object(value):  # numpy
+            return numpy_values.wrap_numpy_object(self, value, source)
         if isinstance(value, _SCALAR_TYPES):
             add_value_guard(guards, source, value)
             return V.ConstantValue(value, source)
         if isinstance(value, torch.Tensor):
             return self._placeholder(value, source)
-        if numpy_values.is_numpy_object(value):  # numpy
-            return numpy_values.wrap_numpy_object(self, value, source)
         if isinstance(value, _TORCH_CONSTANT_TYPES):
             guards.add(source, "{v} == {value}", value=value)
             return V.ConstantValue(value, source)
@@ -155,6 +160,9 @@ class CaptureSession:
         if isinstance(value, (set, frozenset)) and all(isinstance(k, _SCALAR_TYPES) for k in value):
             guards.add(source, "{v} == {value}", value=set(value))
             return V.SetValue(list(value), source)
+        bound = _bound_method_value(self, value, source)
+        if bound is not None:
+            return bound
         if isinstance(value, types.MethodType):
             guards.add(source, "{v}.__func__ is {fn}", fn=value.__func__)
             return V.BoundMethodValue(self.wrap(value.__func__, AttrSource(source, "__func__")),
@@ -164,7 +172,7 @@ class CaptureSession:
             return V.ConstantValue(value)
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
                               types.MethodWrapperType, types.WrapperDescriptorType,
-                              types.MethodDescriptorType)) or callable(value) and _is_library(value):
+                              types.MethodDescriptorType)) or callable(value) and is_library_value(value):
             guards.add(source, "{v} is {obj}", obj=value)
             return V.ObjectValue(value, source)
         guards.add(source, "type({v}) is {cls}", cls=type(value))
@@ -221,19 +229,46 @@ class CaptureSession:
     # ------------------------------------------------------------- outputs
     def finalize(self, result: V.Value) -> Callable:
         """Add graph outputs and generate ``epilogue(L, G, outs)`` that rebuilds the result."""
-        builder = _EpilogueBuilder(self)
+        builder = EpilogueBuilder(self)
         statements = builder.mutation_statements()
         expression = builder.expr(result)
         self.graph.output(builder.outputs)
-        lines = ["def epilogue(L, G, outs):"] + [f"    {s}" for s in statements] + [f"    return {expression}"]
-        text = "\n".join(lines) + "\n"
-        exec(compile(text, "<ember epilogue>", "exec"), builder.namespace.globals)
-        fn = builder.namespace.globals["epilogue"]
-        fn.__ember_source__ = text
-        return fn
+        return builder.function("epilogue", builder.rebuilt + statements + [f"return {expression}"])
 
 
-def _is_library(value: Any) -> bool:
+_GRAD_MODE_MANAGERS = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+
+
+def _bound_method_value(session: CaptureSession, value: Any, source: Source) -> V.Value | None:
+    """Methods bound to a real object, as a graph break hands them to a continuation: ``x.add`` of a
+    tensor, ``xs.append`` of a list, the ``__exit__`` of a grad-mode block."""
+    owner = getattr(value, "__self__", None)
+    if isinstance(value, types.BuiltinMethodType) and isinstance(owner, (torch.Tensor, list, dict)):
+        session.guards.add(source, "type({v}) is {cls} and {v}.__name__ == {name}", cls=type(value),
+                           name=value.__name__)
+        owner_value = session.wrap(owner, AttrSource(source, "__self__"))
+        if isinstance(owner_value, V.TensorValue):
+            return V.TensorMethodValue(value.__name__, owner_value)
+        return V.ContainerMethodValue(value.__name__, owner_value)
+    if isinstance(value, types.MethodType) and isinstance(owner, _GRAD_MODE_MANAGERS) \
+            and value.__func__.__name__ == "__exit__":
+        session.guards.add(source, "type({v}.__self__) is {cls} and {v}.__func__.__name__ == '__exit__' "
+                                   "and {v}.__self__.prev is {prev}", cls=type(owner), prev=owner.prev)
+        manager = V.GradModeValue(session.grad_enabled)
+        manager.previous = bool(owner.prev)
+        return V.ContextExitValue(manager)
+    return None
+
+
+def enter_grad_mode(enabled: bool) -> Any:
+    """A real grad-mode block entered at a graph break inside ``with no_grad():`` (and the like);
+    the continuation's ``with`` exit calls the returned ``__exit__``, which restores the mode before."""
+    manager = torch.set_grad_enabled(enabled)   # sets the mode now and remembers the previous one
+    manager.__enter__()
+    return manager.__exit__
+
+
+def is_library_value(value: Any) -> bool:
     module = getattr(value, "__module__", None) or ""
     return module.split(".")[0] in LIBRARY_MODULE_ROOTS
 
@@ -250,12 +285,32 @@ def _placeholder_name(source: Source) -> str:
     return text.strip("_") or "input"
 
 
-class _EpilogueBuilder:
+class EpilogueBuilder:
+    """Python source that turns graph outputs back into the user's objects (``epilogue(L, G, outs)``)."""
+
     def __init__(self, session: CaptureSession) -> None:
         self.session = session
         self.namespace = CodeNamespace()
         self.outputs: list[Any] = []
         self._output_index: dict[Any, int] = {}
+        # objects built in the trace are rebuilt once, into a name: two references stay one object
+        self.rebuilt: list[str] = []
+        self._rebuilt_names: dict[int, str] = {}
+
+    def function(self, name: str, body: list[str], header: str = "(L, G, outs)") -> Callable:
+        text = f"def {name}{header}:\n" + "".join(f"    {line}\n" for line in body)
+        exec(compile(text, f"<ember {name}>", "exec"), self.namespace.globals)
+        fn = self.namespace.globals[name]
+        fn.__ember_source__ = text
+        return fn
+
+    def _once(self, value: V.Value, build: Callable[[], str]) -> str:
+        name = self._rebuilt_names.get(id(value))
+        if name is None:
+            expression = build()
+            name = self._rebuilt_names[id(value)] = f"_obj{len(self._rebuilt_names)}"
+            self.rebuilt.append(f"{name} = {expression}")
+        return name
 
     def _tensor(self, value: V.TensorValue) -> str:
         if value.node.op == "placeholder" and value.source is not None:
@@ -266,6 +321,8 @@ class _EpilogueBuilder:
         return f"outs[{self._output_index[value.node]}]"
 
     def expr(self, value: V.Value) -> str:
+        if isinstance(value, numpy_values.NdarrayValue):  # numpy
+            return numpy_values.epilogue_expression(self, value)
         if isinstance(value, V.TensorValue):
             return self._tensor(value)
         if isinstance(value, V.ConstantValue):
@@ -280,6 +337,11 @@ class _EpilogueBuilder:
                 return f"({inner})"
             cls = self.namespace.bind(value.cls, value.cls.__name__)
             return f"{cls}._make(({inner}))" if hasattr(value.cls, "_make") else f"{cls}(({inner}))"
+        if isinstance(value, (V.ListValue, V.DictValue, V.SetValue, V.DataclassValue, objects.InstanceValue)):
+            return self._once(value, lambda: self._new_object(value))
+        return self._other(value)
+
+    def _new_object(self, value: V.Value) -> str:
         if isinstance(value, V.ListValue):
             return "[" + ", ".join(self.expr(v) for v in value.items) + "]"
         if isinstance(value, V.DictValue):
@@ -294,8 +356,9 @@ class _EpilogueBuilder:
             cls = self.namespace.bind(value.cls, value.cls.__name__)
             args = ", ".join(f"{k}={self.expr(v)}" for k, v in value.fields.items())
             return f"{cls}({args})"
-        if isinstance(value, objects.InstanceValue):
-            return self._instance(value)
+        return self._instance(value)
+
+    def _other(self, value: V.Value) -> str:
         if isinstance(value, objects.PartialValue):
             partial = self.namespace.bind(functools.partial, "partial")
             args = "".join(f", {self.expr(v)}" for v in value.args)
@@ -303,6 +366,11 @@ class _EpilogueBuilder:
             return f"{partial}({self.expr(value.func)}{args}{keywords})"
         if isinstance(value, V.BoundMethodValue):
             return f"{self.expr(value.func)}.__get__({self.expr(value.self_value)})"
+        if isinstance(value, (V.TensorMethodValue, V.ContainerMethodValue)):
+            return f"{self.expr(value.self_value)}.{value.name}"
+        if isinstance(value, V.ContextExitValue) and isinstance(value.manager, V.GradModeValue):
+            enter = self.namespace.bind(enter_grad_mode, "enter_grad_mode")
+            return self._once(value, lambda: f"{enter}({value.manager.enabled})")
         if isinstance(value, V.ObjectValue):
             if value.source is not None:
                 return value.source.code(self.namespace)
@@ -321,8 +389,6 @@ class _EpilogueBuilder:
 
     def _key(self, key: Any) -> str:
         return repr(key) if isinstance(key, (str, int)) or key is None else self.namespace.bind(key, "key")
-        if isinstance(value, numpy_values.NdarrayValue):  # numpy
-            return numpy_values.epilogue_expression(self, value)
 
     def mutation_statements(self) -> list[str]:
         statements = []

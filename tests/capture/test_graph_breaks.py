@@ -30,6 +30,13 @@ def with_generator(x):
     return list(gen())[0]
 
 
+def print_in_frame_with_cell(x):
+    y = x * 2
+    inner = lambda: y + 1  # noqa: E731  (y is a cell variable: the frame cannot be resumed)
+    print("hi")
+    return inner()
+
+
 def raises_in_untaken_branch(x, flag=False):
     if flag:
         raise ValueError("never")
@@ -59,14 +66,23 @@ def test_fullgraph_raises_compile_error_with_location(compile_fn, fn, tag, words
     assert words in message
 
 
-@pytest.mark.parametrize("fn", [with_print, with_item, data_dependent_branch, with_generator])
-def test_break_runs_eagerly_and_is_recorded(compile_fn, fn, capsys):
+@pytest.mark.parametrize("fn, graphs", [(with_print, 2), (with_item, 2), (data_dependent_branch, 2)])
+def test_break_splits_the_frame_and_is_recorded(compile_fn, fn, graphs, capsys):
     captured = compile_fn(fn)
     for x in (torch.randn(4), -torch.ones(4), torch.ones(4)):
         assert_same(captured(x), fn(x))
+    first = captured.events[0]
+    assert first.break_reason and "test_graph_breaks.py:" in first.break_location
+    compiled = [event for event in captured.events[:2] if event.graph is not None]
+    assert len(compiled) == graphs, captured.events  # the graph before the break, and the continuation
+
+
+def test_frame_that_cannot_be_split_runs_eagerly_and_is_cached(compile_fn):
+    captured = compile_fn(print_in_frame_with_cell)
+    for x in (torch.randn(4), torch.ones(4)):
+        assert_same(captured(x), print_in_frame_with_cell(x))
     event = captured.events[0]
     assert event.graph is None and event.break_reason
-    assert "test_graph_breaks.py:" in event.break_location
     assert len(captured.events) == 1  # the eager decision is cached under its guards
 
 
