@@ -15,7 +15,8 @@ import torch
 from ..errors import Unsupported
 from . import objects, tensor_ops
 from . import values as V
-from .operations import get_item, get_iter, is_same, python_result, set_item, truthiness, unpack
+from .operations import (MAX_LAZY_ITEMS, get_item, get_iter, is_same, python_result, set_item, truthiness, unpack,
+                         user_error)
 
 
 def _constants(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value], what: str) -> tuple[list, dict]:
@@ -87,7 +88,9 @@ def operator_on_values(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[
 # ---------------------------------------------------------------- builtins
 def _len(tx, args, kwargs):
     (value,) = args
-    if isinstance(value, (V.TupleValue, V.ListValue, V.DictValue, V.SetValue)):
+    if isinstance(value, V.SetValue):
+        return V.ConstantValue(len(value.items) + len(value.objects))
+    if isinstance(value, (V.TupleValue, V.ListValue, V.DictValue)):
         return V.ConstantValue(len(value.items))
     if isinstance(value, V.TensorValue):
         if not value.meta.shape:
@@ -127,14 +130,40 @@ def _range(tx, args, kwargs):
     return V.ConstantValue(range(*_constants(tx, args, kwargs, "range")[0]))
 
 
+def _is_lazy(value: V.Value) -> bool:
+    return isinstance(value, V.LazyIteratorValue)
+
+
 def _enumerate(tx, args, kwargs):
     start = (args[1] if len(args) > 1 else kwargs.get("start", V.ConstantValue(0))).as_python()
+    if _is_lazy(args[0]):  # a generator: each item is computed when the consumer asks for it
+        iterator, count = args[0], iter(range(start, start + MAX_LAZY_ITEMS))
+
+        def produce():
+            item = iterator.next_item()
+            return None if item is None else V.TupleValue([V.ConstantValue(next(count)), item])
+        return V.LazyIteratorValue(produce)
     return V.IteratorValue([V.TupleValue([V.ConstantValue(i + start), item])
                             for i, item in enumerate(unpack(tx, args[0]))])
 
 
 def _zip(tx, args, kwargs):
-    if kwargs.get("strict") is not None and kwargs["strict"].as_python():
+    strict = kwargs.get("strict") is not None and kwargs["strict"].as_python()
+    if any(_is_lazy(a) for a in args):
+        if strict:
+            raise tx.unsupported("zip(strict=True) over a generator")
+        iterators = [get_iter(tx, a) for a in args]
+
+        def produce():
+            row = []
+            for iterator in iterators:  # as zip does: stop at the first exhausted one
+                item = iterator.next_item()
+                if item is None:
+                    return None
+                row.append(item)
+            return V.TupleValue(row)
+        return V.LazyIteratorValue(produce)
+    if strict:
         lists = [unpack(tx, a) for a in args]
         if len({len(x) for x in lists}) > 1:
             raise tx.unsupported("zip(strict=True) with different lengths")
@@ -143,6 +172,8 @@ def _zip(tx, args, kwargs):
 
 
 def _reversed(tx, args, kwargs):
+    if _is_lazy(args[0]):
+        raise user_error(tx.session, "reversed() of a generator (TypeError)")
     return V.IteratorValue(list(reversed(unpack(tx, args[0]))))
 
 
@@ -321,12 +352,29 @@ def _super(tx, args, kwargs):
 
 def _map(tx, args, kwargs):
     from .calls import call
+    if any(_is_lazy(a) for a in args[1:]):
+        rows = _zip(tx, args[1:], {})
+
+        def produce():
+            row = rows.next_item()
+            return None if row is None else call(tx, args[0], list(row.items), {})
+        return V.LazyIteratorValue(produce)
     columns = [unpack(tx, a) for a in args[1:]]
     return V.IteratorValue([call(tx, args[0], list(row), {}) for row in zip(*columns)])
 
 
 def _filter(tx, args, kwargs):
     from .calls import call
+    if _is_lazy(args[1]):
+        iterator = args[1]
+
+        def produce():
+            while (item := iterator.next_item()) is not None:
+                keep = item if ops_is_none(args[0]) else call(tx, args[0], [item], {})
+                if truthiness(tx, keep):
+                    return item
+            return None
+        return V.LazyIteratorValue(produce)
     items = unpack(tx, args[1])
     if isinstance(args[0], V.ConstantValue) and args[0].value is None:
         return V.IteratorValue([v for v in items if truthiness(tx, v)])
@@ -340,6 +388,21 @@ def _sorted(tx, args, kwargs):
     return python_result(sorted(values, reverse=kwargs["reverse"].as_python() if kwargs else False))
 
 
+def ops_is_none(value: V.Value) -> bool:
+    return isinstance(value, V.ConstantValue) and value.value is None
+
+
+def _any_all(want: bool) -> Callable:
+    """any() / all(): stop at the first deciding item, as eager does (a generator is not run further)."""
+    def handler(tx, args, kwargs):
+        iterator = get_iter(tx, args[0])
+        while (item := iterator.next_item()) is not None:
+            if truthiness(tx, item) == want:
+                return V.ConstantValue(want)
+        return V.ConstantValue(not want)
+    return handler
+
+
 def _id(tx, args, kwargs):
     raise tx.unsupported("id() inside a compiled function")
 
@@ -349,8 +412,7 @@ BUILTIN_HANDLERS: dict[Any, Callable] = {
     reversed: _reversed, iter: _iter, next: _next, list: _list, tuple: _tuple, dict: _dict, set: _set,
     frozenset: lambda tx, a, k: V.ConstantValue(frozenset(v.as_python() for v in unpack(tx, a[0]))),
     min: _reduce_builtin(min), max: _reduce_builtin(max), sum: _reduce_builtin(sum),
-    any: lambda tx, a, k: V.ConstantValue(any(truthiness(tx, v) for v in unpack(tx, a[0]))),
-    all: lambda tx, a, k: V.ConstantValue(all(truthiness(tx, v) for v in unpack(tx, a[0]))),
+    any: _any_all(True), all: _any_all(False),
     abs: _abs, pow: _pow, int: _numeric(int), float: _numeric(float), complex: _numeric(complex), bool: _bool,
     getattr: _getattr, hasattr: _hasattr, setattr: _setattr, callable: _callable, super: _super, map: _map,
     filter: _filter, sorted: _sorted, id: _id,
@@ -375,6 +437,8 @@ def call_container_method(tx: Any, obj: V.Value, name: str, args: list[V.Value],
             return V.TupleValue(items, None, obj.cls)
         return python_result(getattr(obj.as_python(), name)(*[a.as_python() for a in args]))
     if isinstance(obj, V.SetValue):
+        if name in ("add", "discard", "remove") and args and isinstance(args[0], V.TensorValue):
+            return _set_tensor_member(tx, obj, name, args[0])
         if name in ("add", "discard", "update", "remove", "clear"):
             if obj.source is not None:
                 raise tx.unsupported("mutating a set argument")
@@ -384,6 +448,21 @@ def call_container_method(tx: Any, obj: V.Value, name: str, args: list[V.Value],
     if isinstance(obj, V.ConstantValue):
         return call_builtin_pure(tx, getattr(obj.value, name), args, kwargs)
     raise tx.unsupported(f"method {name} of {obj.describe()}")
+
+
+def _set_tensor_member(tx: Any, obj: V.SetValue, name: str, tensor: V.TensorValue) -> V.Value:
+    """set.add/discard/remove of a tensor: members compared by identity (tensors hash by id)."""
+    from .operations import contains
+    if obj.source is not None:
+        raise tx.unsupported("mutating a set argument")
+    present = contains(tx, obj, tensor)
+    if name == "add" and not present:
+        obj.objects.append(tensor)
+    elif name in ("discard", "remove") and present:
+        obj.objects[:] = [m for m in obj.objects if not is_same(tx, m, tensor)]
+    elif name == "remove":
+        raise user_error(tx.session, "KeyError: set.remove of a missing tensor")
+    return V.NONE
 
 
 def _list_method(tx: Any, obj: V.ListValue, name: str, args: list[V.Value], kwargs: dict) -> V.Value:

@@ -68,12 +68,23 @@ _MODULE_CALL_ENTRIES = {torch.nn.Module.__call__, torch.nn.Module._call_impl,
 _PURE_LIBRARY_QUERIES = {inspect.signature, inspect.getfullargspec, inspect.isclass, inspect.isfunction,
                          inspect.ismethod, inspect.isroutine, inspect.iscoroutinefunction,
                          inspect.isgeneratorfunction, inspect.isabstract, inspect.getmro}
+# torch.overrides' "does an argument override __torch_function__?" checks (library code asks them
+# before its fast paths); answered from the arguments' types, which guards pin
+_TORCH_FUNCTION_QUERIES = {torch._C._has_torch_function, torch._C._has_torch_function_unary,
+                           torch._C._has_torch_function_variadic}
+# torch functions written in Python that are inlined rather than recorded as one node: their
+# result mixes tensors and None (need_weights=False) or is a Python value (shape checks)
+_INLINED_TORCH_FUNCTIONS = {getattr(torch.nn.functional, name) for name in (
+    "multi_head_attention_forward", "_mha_shape_check", "_canonical_mask", "_none_or_dtype",
+    "_in_projection_packed", "_in_projection", "_check_key_padding_mask") if hasattr(torch.nn.functional, name)}
 _UNSAFE_TORCH = {torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_grad_enabled,
                  torch.use_deterministic_algorithms}
 
 
 def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
     session = tx.session
+    if numpy_functions.wants_call(callee, args):  # numpy
+        return numpy_functions.call(tx, callee, args, kwargs)
     if isinstance(callee, V.FunctionValue):
         return inline_function_value(tx, callee, args, kwargs)
     if isinstance(callee, V.BoundMethodValue):
@@ -83,8 +94,6 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
     if isinstance(callee, V.ContainerMethodValue):
         from .builtins import call_container_method
         return call_container_method(tx, callee.self_value, callee.name, args, kwargs)
-    if numpy_functions.wants_call(callee, args):  # numpy
-        return numpy_functions.call(tx, callee, args, kwargs)
     if isinstance(callee, V.ContextExitValue):
         from .operations import exit_context
         exit_context(tx, callee.manager)
@@ -126,6 +135,8 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if _hashable(fn) and fn in _MODULE_CALL_ENTRIES and args and isinstance(args[0], V.ModuleValue):
         from .modules import call_module_impl  # super().__call__(...) from a module's own __call__
         return call_module_impl(tx, args[0], list(args[1:]), kwargs)
+    if _hashable(fn) and fn in _TORCH_FUNCTION_QUERIES:
+        return _torch_function_query(tx, fn, args)
     if _hashable(fn) and fn in _PURE_LIBRARY_QUERIES:
         from .builtins import call_pure_query
         return call_pure_query(tx, fn, args, kwargs)
@@ -136,6 +147,8 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if isinstance(fn, functools.partial):
         merged = {**{k: session.wrap(v, None) for k, v in fn.keywords.items()}, **kwargs}
         return call(tx, session.wrap(fn.func, None), [session.wrap(a, None) for a in fn.args] + args, merged)
+    if _hashable(fn) and fn in _INLINED_TORCH_FUNCTIONS:
+        return inline_real_function(tx, fn, args, kwargs)
     if _is_torch_op(fn):
         if fn in _UNSAFE_TORCH or _changes_torch_state(fn):
             raise tx.unsupported(f"{getattr(fn, '__name__', fn)} changes global torch state")
@@ -182,6 +195,29 @@ def _changes_torch_state(fn: Any) -> bool:
     capture they would change the state once, not on every call, so the frame runs eagerly."""
     name = getattr(fn, "__name__", "") or ""
     return name.startswith(("set_", "_set_")) or name in _STATE_CHANGING_NAMES
+
+
+def _torch_function_query(tx: Any, fn: Any, args: list[V.Value]) -> V.Value:
+    """``has_torch_function(args)`` and its unary/variadic forms: False for plain tensors and
+    Parameters (tensor subclasses are refused as inputs) when no TorchFunctionMode is active.
+    An active mode makes eager take the override path: not captured."""
+    from .operations import unpack
+    values = unpack(tx, args[0]) if fn is torch._C._has_torch_function else list(args)
+    for value in values:
+        if isinstance(value, V.TensorValue):
+            if value.python_cls not in (torch.Tensor, torch.nn.Parameter):
+                raise tx.unsupported(f"has_torch_function on a {value.python_cls.__name__}")
+        elif isinstance(value, V.ObjectValue):
+            if getattr(type(value.obj), "__torch_function__", torch._C._disabled_torch_function_impl) \
+                    is not torch._C._disabled_torch_function_impl:
+                raise tx.unsupported(f"has_torch_function on {value.describe()}")
+        elif not isinstance(value, (V.ConstantValue, V.TupleValue, V.ListValue, V.DictValue)):
+            raise tx.unsupported(f"has_torch_function on {value.describe()}")
+    mode_enabled = torch._C._is_torch_function_mode_enabled
+    if mode_enabled():
+        raise tx.unsupported("a TorchFunctionMode is active")
+    tx.session.guards.add(None, "not {mode_enabled}()", mode_enabled=mode_enabled)
+    return V.ConstantValue(False)
 
 
 def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:

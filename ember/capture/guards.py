@@ -84,6 +84,11 @@ class GuardSet:
         self._seen.add(text)
         self.checks.append(GuardCheck(source, template, consts, text, other))
 
+    def require_distinct(self, *sources: Source) -> None:
+        """These placeholder sources were different objects during capture, and the trace relied on it."""
+        keys = {s.key() for s in self.distinct_sources}
+        self.distinct_sources.extend(s for s in sources if s.key() not in keys)
+
     def texts(self) -> list[str]:
         texts = [c.text for c in self.checks]
         if self.distinct_sources:

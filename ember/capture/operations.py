@@ -72,7 +72,9 @@ def truthiness(tx: Any, value: V.Value) -> bool:
                              "branch on tensor metadata, or use torch.where")
     if isinstance(value, (V.TupleValue, V.ListValue)):
         return bool(value.items)
-    if isinstance(value, (V.DictValue, V.SetValue)):
+    if isinstance(value, V.SetValue):
+        return bool(value.items) or bool(value.objects)
+    if isinstance(value, V.DictValue):
         return bool(value.items)
     if isinstance(value, V.ConstantValue):
         return bool(value.value)
@@ -103,13 +105,20 @@ def is_same(tx: Any, left: V.Value, right: V.Value) -> bool:
     if isinstance(left, V.ObjectValue) and isinstance(right, V.ObjectValue):
         return left.obj is right.obj
     if isinstance(left, V.TensorValue) and isinstance(right, V.TensorValue):
-        return left.node is right.node
+        if left.node is right.node:
+            return True
+        if left.node.op == "placeholder" and right.node.op == "placeholder":
+            # two inputs that were different objects here must stay different for this answer
+            tx.session.guards.require_distinct(left.source, right.source)
+        return False
     # different kinds of Values are different objects (None is only ever a ConstantValue)
     return False
 
 
 # ---------------------------------------------------------------- operators
 def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
+    if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
+        return numpy_ops.binary_op(tx, symbol, left, right)
     fn = BINARY_OPERATORS[symbol]
     if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
         if symbol.endswith("=") and not isinstance(left, V.TensorValue):
@@ -117,8 +126,6 @@ def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
         return tensor_ops.record_call(tx.session, fn, [left, right], {})
     if isinstance(left, V.ListValue) and symbol == "+=":
         list_target(tx, left).items.extend(unpack(tx, right))
-    if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
-        return numpy_ops.binary_op(tx, symbol, left, right)
         return left
     if isinstance(left, (V.TupleValue, V.ListValue)) and isinstance(right, (V.TupleValue, V.ListValue)) \
             and symbol in ("+", "+=") and type(left) is type(right):
@@ -150,6 +157,8 @@ def _constant(tx: Any, value: V.Value, what: str) -> Any:
 
 
 def unary_op(tx: Any, name: str, value: V.Value) -> V.Value:
+    if isinstance(value, NdarrayValue):  # numpy
+        return numpy_ops.unary_op(tx, name, value)
     fn = UNARY_OPERATORS[name]
     if isinstance(value, V.TensorValue):
         return tensor_ops.record_call(tx.session, fn, [value], {})
@@ -157,8 +166,8 @@ def unary_op(tx: Any, name: str, value: V.Value) -> V.Value:
 
 
 def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
-    if isinstance(value, NdarrayValue):  # numpy
-        return numpy_ops.unary_op(tx, name, value)
+    if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
+        return numpy_ops.compare(tx, symbol, left, right)
     fn = COMPARE_OPERATORS[symbol]
     if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
         return tensor_ops.record_call(tx.session, fn, [left, right], {})
@@ -166,8 +175,6 @@ def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
         equal = is_same(tx, left, right)
         return V.ConstantValue(equal if symbol == "==" else not equal)
     return python_result(fn(_constant(tx, left, symbol), _constant(tx, right, symbol)))
-    if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
-        return numpy_ops.compare(tx, symbol, left, right)
 
 
 def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
@@ -176,6 +183,8 @@ def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
     if isinstance(container, V.DictValue):
         return _constant(tx, item, "in") in container.items
     if isinstance(container, V.SetValue):
+        if isinstance(item, V.TensorValue):
+            return any(is_same(tx, item, member) for member in container.objects)
         return _constant(tx, item, "in") in container.items
     if isinstance(container, (V.TupleValue, V.ListValue)):
         for element in container.items:
@@ -200,6 +209,8 @@ def make_slice(parts: list[V.Value]) -> V.Value:
 
 
 def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
+    if isinstance(obj, NdarrayValue):  # numpy
+        return numpy_ops.get_item(tx, obj, index)
     if isinstance(obj, V.TensorValue):
         return tensor_ops.record_call(tx.session, operator.getitem, [obj, index], {})
     if isinstance(obj, (V.TupleValue, V.ListValue)):
@@ -209,8 +220,6 @@ def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
             return V.ListValue(items) if isinstance(obj, V.ListValue) else V.TupleValue(items)
         try:
             return obj.items[key]
-    if isinstance(obj, NdarrayValue):  # numpy
-        return numpy_ops.get_item(tx, obj, index)
         except (IndexError, TypeError) as error:
             raise user_error(tx.session, f"indexing: {error}") from None
     if isinstance(obj, V.DictValue):
@@ -241,6 +250,8 @@ def list_target(tx: Any, value: V.Value) -> V.ListValue:
 
 
 def set_item(tx: Any, obj: V.Value, index: V.Value, value: V.Value) -> None:
+    if isinstance(obj, NdarrayValue):  # numpy
+        return numpy_ops.set_item(tx, obj, index, value)
     if isinstance(obj, V.TensorValue):
         tensor_ops.record_call(tx.session, operator.setitem, [obj, index, value], {})
         return
@@ -250,8 +261,6 @@ def set_item(tx: Any, obj: V.Value, index: V.Value, value: V.Value) -> None:
     key = _constant(tx, index, "[]=")
     if isinstance(obj, V.ListValue):
         list_target(tx, obj)
-    if isinstance(obj, NdarrayValue):  # numpy
-        return numpy_ops.set_item(tx, obj, index, value)
         if isinstance(key, slice):
             obj.items[key] = unpack(tx, value)
         else:
@@ -276,10 +285,20 @@ def delete_item(tx: Any, obj: V.Value, index: V.Value) -> None:
 
 
 # ---------------------------------------------------------------- iteration
+MAX_LAZY_ITEMS = 100_000  # draining a generator past this: probably an infinite one
+
+
 def unpack(tx: Any, value: V.Value) -> list[V.Value]:
     """The items of an iterable, materialized (everything the trace iterates is finite)."""
     if isinstance(value, (V.TupleValue, V.ListValue)):
         return list(value.items)
+    if isinstance(value, V.LazyIteratorValue):
+        items = []
+        while (item := value.next_item()) is not None:
+            items.append(item)
+            if len(items) > MAX_LAZY_ITEMS:
+                raise tx.unsupported(f"{value.describe()} yields more than {MAX_LAZY_ITEMS} items")
+        return items
     if isinstance(value, V.IteratorValue):
         items = value.items[value.position:]
         value.position = len(value.items)
@@ -288,6 +307,8 @@ def unpack(tx: Any, value: V.Value) -> list[V.Value]:
 
 
 def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
+    if isinstance(value, NdarrayValue):  # numpy
+        return numpy_ops.get_iter(tx, value)
     if isinstance(value, V.IteratorValue):
         return value
     if isinstance(value, (V.TupleValue, V.ListValue)):
@@ -295,6 +316,8 @@ def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
     if isinstance(value, V.DictValue):
         return V.IteratorValue([python_result(k) for k in value.items])
     if isinstance(value, V.SetValue):
+        if value.objects:
+            raise tx.unsupported("iterating over a set of tensors (its order follows their addresses)")
         return V.IteratorValue([python_result(k) for k in value.items])
     if isinstance(value, V.TensorValue):
         if not value.meta.shape:
@@ -305,10 +328,11 @@ def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
     if isinstance(value, V.ModuleValue):
         from .modules import module_iter
         return V.IteratorValue(module_iter(tx, value))
+    if isinstance(value, V.ConstantValue) and isinstance(value.value, range) and len(value.value) > MAX_LAZY_ITEMS:
+        numbers = iter(value.value)  # a huge range that a loop leaves early: not materialized
+        return V.LazyIteratorValue(lambda: python_result(next(numbers)) if numbers.__length_hint__() else None)
     if isinstance(value, V.ConstantValue) and isinstance(value.value, (range, str, tuple, bytes)):
         return V.IteratorValue([python_result(v) for v in value.value])
-    if isinstance(value, NdarrayValue):  # numpy
-        return numpy_ops.get_iter(tx, value)
     if isinstance(value, V.ConstantValue) and isinstance(value.value, (frozenset, set, dict)):
         return V.IteratorValue([python_result(v) for v in value.value])
     raise tx.unsupported(f"iterating over {value.describe()}")
@@ -322,6 +346,8 @@ def format_python_value(tx: Any, value: V.Value) -> Any:
 
 # ---------------------------------------------------------------- attributes
 def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
+    if isinstance(obj, NdarrayValue):  # numpy
+        return numpy_ops.get_attr(tx, obj, name)
     session = tx.session
     if isinstance(obj, V.TensorValue):
         return tensor_ops.tensor_attribute(session, obj, name)
@@ -343,8 +369,6 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
     if isinstance(obj, (V.TupleValue, V.ListValue, V.DictValue, V.SetValue)):
         if not hasattr(obj.python_type(), name):
             raise tx.unsupported(f"attribute {name!r} of {obj.describe()}")
-    if isinstance(obj, NdarrayValue):  # numpy
-        return numpy_ops.get_attr(tx, obj, name)
         return V.ContainerMethodValue(name, obj)
     if isinstance(obj, V.ConstantValue):
         try:

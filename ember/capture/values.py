@@ -130,16 +130,20 @@ class DictValue(Value):
 
 
 class SetValue(Value):
-    """A set of Python constants."""
+    """A set of Python constants, plus tensors compared by identity (``objects``: a memo of
+    parameters seen, as ``Module.named_parameters`` keeps one)."""
 
     def __init__(self, items: list[Any], source: Source | None = None) -> None:
         self.items = set(items)
         self.source = source
+        self.objects: list[Value] = []
 
     def python_type(self) -> type:
         return set
 
     def as_python(self) -> Any:
+        if self.objects:
+            raise Unsupported("a set holding tensors is not a Python constant")
         return set(self.items)
 
 
@@ -225,6 +229,54 @@ class IteratorValue(Value):
         item = self.items[self.position]
         self.position += 1
         return item
+
+
+class LazyIteratorValue(IteratorValue):
+    """An iterator whose items are computed only when asked for, as eager computes them: a
+    generator, or zip/enumerate/map/filter over one.  ``produce`` returns the next Value, or
+    None once exhausted.  It has no materialized ``items``: reading them raises Unsupported."""
+
+    def __init__(self, produce: Any) -> None:
+        self.produce = produce
+        self.finished = False
+
+    @property
+    def items(self) -> list[Value]:
+        raise Unsupported("the items of a lazy iterator (generator) are computed on demand")
+
+    def next_item(self) -> Value | None:
+        if self.finished:
+            return None
+        item = self.produce()
+        if item is None:
+            self.finished = True
+        return item
+
+    def describe(self) -> str:
+        return "lazy iterator"
+
+
+class GeneratorValue(LazyIteratorValue):
+    """A generator created inside the trace: the suspended frame of a generator function (an
+    InstructionTranslator), run up to its next yield by each ``next()``."""
+
+    def __init__(self, frame: Any) -> None:
+        super().__init__(self._resume)
+        self.frame = frame
+        self.return_value: Value = NONE   # what ``return x`` in the generator gives ``yield from``
+        self.running = False
+
+    def _resume(self) -> Value | None:
+        if self.running:
+            raise Unsupported("generator already executing")
+        self.running = True
+        try:
+            return self.frame.resume()
+        finally:
+            self.running = False
+
+    def describe(self) -> str:
+        return f"generator {self.frame.function_name}()"
 
 
 class DataclassValue(Value):
