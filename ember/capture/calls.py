@@ -12,10 +12,12 @@ import dataclasses
 import enum
 import functools
 import inspect
+import logging
 import math
 import operator
 import sys
 import types
+import warnings
 from typing import Any
 
 import torch
@@ -77,7 +79,11 @@ _TORCH_FUNCTION_QUERIES = {torch._C._has_torch_function, torch._C._has_torch_fun
 _INLINED_TORCH_FUNCTIONS = {getattr(torch.nn.functional, name) for name in (
     "multi_head_attention_forward", "_mha_shape_check", "_canonical_mask", "_none_or_dtype",
     "_in_projection_packed", "_in_projection", "_check_key_padding_mask") if hasattr(torch.nn.functional, name)}
-_UNSAFE_TORCH = {torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_grad_enabled,
+# calls whose only effect is outside the tensors (a message): replayed after the graph, in order
+_LOG_FUNCTIONS = {getattr(logging, n) for n in ("debug", "info", "warning", "error", "critical", "exception", "log")}
+_LOGGER_METHODS = {getattr(logging.Logger, n) for n in ("debug", "info", "warning", "error", "critical",
+                                                         "exception", "log")}
+_UNSAFE_TORCH = {torch.seed, torch.set_default_dtype, torch.set_grad_enabled,
                  torch.use_deterministic_algorithms}
 
 
@@ -140,6 +146,15 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if _hashable(fn) and fn in _PURE_LIBRARY_QUERIES:
         from .builtins import call_pure_query
         return call_pure_query(tx, fn, args, kwargs)
+    if fn is warnings.warn or _hashable(fn) and fn in _LOG_FUNCTIONS | _LOGGER_METHODS:
+        return _replay_after_graph(tx, fn, args, kwargs)
+    if isinstance(fn, types.MethodType) and fn.__func__ in _LOGGER_METHODS:  # a logger from getLogger()
+        return _replay_after_graph(tx, fn.__func__, [V.ObjectValue(fn.__self__)] + args, kwargs)
+    if fn is logging.getLogger and all(a.is_python_constant() for a in args + list(kwargs.values())):
+        # one Logger per name for the life of the process: the same object in every call
+        return V.ObjectValue(call_builtin_pure_object(tx, fn, args, kwargs))
+    if fn is torch.manual_seed:
+        return _manual_seed(tx, args, kwargs)
     if fn is print:
         raise tx.unsupported("print() inside a compiled function", "print outside, or use EMBER_LOGS")
     if isinstance(fn, type):
@@ -218,6 +233,55 @@ def _torch_function_query(tx: Any, fn: Any, args: list[V.Value]) -> V.Value:
         raise tx.unsupported("a TorchFunctionMode is active")
     tx.session.guards.add(None, "not {mode_enabled}()", mode_enabled=mode_enabled)
     return V.ConstantValue(False)
+
+
+def call_builtin_pure_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> Any:
+    from .builtins import _constants
+    python_args, python_kwargs = _constants(tx, args, kwargs, getattr(fn, "__name__", "call"))
+    return fn(*python_args, **python_kwargs)
+
+
+def _replay_after_graph(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """warnings.warn / logging calls: the graph holds no Python effects, so the epilogue makes
+    the same call, with the same arguments, after the graph (in program order among them)."""
+    session = tx.session
+    name = getattr(fn, "__qualname__", repr(fn))
+    if not hasattr(session, "replayed_calls"):
+        raise tx.unsupported(f"{name}() inside a compiled function")
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, V.TensorValue) or not (value.is_python_constant() or isinstance(value, V.ObjectValue)):
+            raise tx.unsupported(f"{name}() of {value.describe()}", "log Python values (shapes), not tensors")
+    if fn is warnings.warn:
+        _guard_warnings_not_errors(tx)
+        # the epilogue's own line is the warning's location; stacklevel would point into ember
+        kwargs = {k: v for k, v in kwargs.items() if k == "category"}
+        args = args[:2]
+    session.replayed_calls.append((fn, list(args), dict(kwargs)))
+    return V.NONE
+
+
+def _guard_warnings_not_errors(tx: Any) -> None:
+    """A warning turned into an exception (simplefilter('error')) would be raised after the graph
+    instead of where eager raises it: not captured; the filters are guarded."""
+    filters = list(warnings.filters)
+    if any(entry[0] == "error" for entry in filters):
+        raise tx.unsupported("warnings.warn() while a warnings filter turns warnings into errors")
+    tx.session.guards.add(None, "{module}.filters == {filters}", module=warnings, filters=filters)
+
+
+def _manual_seed(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """torch.manual_seed(n): replayed after the graph.  The graph's own random ops draw from the
+    generator before that (as eager's ops before the call do); a random op after it would need
+    the new seed inside the graph, so it breaks there instead (tensor_ops)."""
+    seed = (args[0] if args else kwargs["seed"])
+    if not seed.is_python_constant():
+        raise tx.unsupported("torch.manual_seed of a value computed in the graph")
+    if not hasattr(tx.session, "replayed_calls"):
+        raise tx.unsupported("torch.manual_seed() inside a compiled function")
+    tx.session.replayed_calls.append((torch.manual_seed, [seed], {}))
+    tx.session.seeded_in_graph = True
+    # eager returns the default generator
+    return V.ObjectValue(torch.default_generator)
 
 
 def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:

@@ -26,6 +26,13 @@ FACTORY_NAMES = {"zeros", "ones", "empty", "full", "arange", "rand", "randn", "r
                  "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
                  "randint_like", "tril_indices", "triu_indices", "bernoulli"}
 
+# ops that draw from the default random generator
+RANDOM_OP_NAMES = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
+                   "bernoulli", "multinomial", "poisson", "dropout", "dropout1d", "dropout2d", "dropout3d",
+                   "alpha_dropout", "feature_alpha_dropout", "feature_dropout", "rrelu", "uniform_", "normal_",
+                   "bernoulli_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+                   "native_dropout", "gumbel_softmax", "fractional_max_pool2d", "fractional_max_pool3d"}
+
 # answered from metadata, no node
 DATA_DEPENDENT_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__",
                           "data_ptr", "nonzero", "unique", "masked_select", "__array__", "backward",
@@ -168,6 +175,9 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
                           "keep the value as a tensor, or move this outside the compiled function")
     if "out" in kwargs:
         raise Unsupported(f"{op_name}(out=...) inside a compiled function", line)
+    if getattr(session, "seeded_in_graph", False) and op_name.rsplit(".", 1)[-1] in RANDOM_OP_NAMES:
+        raise Unsupported(f"random op {op_name} after torch.manual_seed in the same graph", line,
+                          "the seed is set after the graph (calls.py _manual_seed)")
     if session.autocast.any_enabled():  # eager's autocast casts, as explicit nodes
         args, kwargs = autocast.apply_casts(session, target, list(args), dict(kwargs),
                                             lambda value, dtype: _record_cast(session, value, dtype))
