@@ -93,13 +93,19 @@ def _run(prog: Program, target: object, index: int, snapshot: dict) -> Outcome:
     args, kwargs = copy.deepcopy((current.args, current.kwargs))
     out = io.StringIO()
     result, error = None, None
+    modes = _global_modes()
     with contextlib.redirect_stdout(out):
         try:
             result = target(*args, **kwargs)
         except Exception as exc:  # compared below: the same type and message must reach the user
             error = exc
+    assert _global_modes() == modes, f"call {index} left grad/autocast mode changed: {modes} -> {_global_modes()}"
     watched = {name: copy.deepcopy(prog.module_globals.get(name, _MISSING)) for name in prog.watch}
     return Outcome(out.getvalue(), result, error, args, kwargs, watched)
+
+
+def _global_modes() -> tuple:
+    return torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu")
 
 
 def _snapshot(prog: Program) -> dict:
@@ -117,13 +123,16 @@ def test_program_matches_eager(prog: Program) -> None:
     eager_target = _fresh_target(prog)
     compiled_target = _fresh_target(prog)
     compiled = ember.compile(compiled_target, options={"fallback": "error"})
+    grad_enabled = torch.is_grad_enabled()
     try:
         for index in range(len(prog.calls)):
             before = _snapshot(prog)
             expected = _run(prog, eager_target, index, before)
             actual = _run(prog, compiled, index, before)
             where = f"call {index}"
-            assert (expected.error is not None) == (index in prog.raises), f"{where}: eager raised {expected.error!r}"
+            if expected.error is not None and index not in prog.raises:
+                raise AssertionError(f"{where}: eager raised unexpectedly") from expected.error
+            assert (expected.error is not None) == (index in prog.raises), f"{where}: eager did not raise"
             if expected.error is not None:
                 assert actual.error is not None, f"{where}: eager raised {expected.error!r}, compiled did not"
                 assert type(actual.error) is type(expected.error), f"{where}: {actual.error!r} vs {expected.error!r}"
@@ -138,6 +147,7 @@ def test_program_matches_eager(prog: Program) -> None:
             if isinstance(eager_target, torch.nn.Module):
                 assert_same(compiled_target, eager_target, f"{where} module")
     finally:
+        torch.set_grad_enabled(grad_enabled)  # a program that leaked grad mode must not fail the next ones
         prog.module_globals.update(copy.deepcopy(initial))
         ember.reset()
 
@@ -152,6 +162,7 @@ def test_program_counts(prog: Program) -> None:
         pytest.skip("graph breaks run the whole frame eagerly until continuations land (CONTINUATIONS)")
     initial = _snapshot(prog)
     target = _fresh_target(prog)
+    grad_enabled = torch.is_grad_enabled()
     try:
         if prog.before_call is not None:
             prog.before_call(0, target)
@@ -161,6 +172,7 @@ def test_program_counts(prog: Program) -> None:
             report = ember.explain_with(backend="eager")(target, *args, **kwargs)
         assert (report.graph_count, report.break_count) == (prog.graphs, prog.breaks), str(report)
     finally:
+        torch.set_grad_enabled(grad_enabled)
         prog.module_globals.update(copy.deepcopy(initial))
         ember.reset()
 
@@ -169,6 +181,7 @@ def _captures_whole(prog: Program) -> bool:
     initial = _snapshot(prog)
     target = _fresh_target(prog)
     compiled = ember.compile(target, backend="eager", fullgraph=True)
+    grad_enabled = torch.is_grad_enabled()
     try:
         if prog.before_call is not None:
             prog.before_call(0, target)
@@ -180,6 +193,7 @@ def _captures_whole(prog: Program) -> bool:
     except CompileError:
         return False
     finally:
+        torch.set_grad_enabled(grad_enabled)
         prog.module_globals.update(copy.deepcopy(initial))
         ember.reset()
 

@@ -89,8 +89,11 @@ def ints(*shape: int, low: int = -4, high: int = 5, dtype: torch.dtype = torch.f
     return torch.randint(low, high, shape, generator=_generator).to(dtype)
 
 
-THEMES = ("control_flow", "loops", "containers", "comprehensions", "closures", "classes",
-          "mutation", "globals_", "modules_", "context_managers", "exceptions_and_asserts")
+THEMES = (
+    "control_flow", "loops", "containers", "comprehensions", "closures", "classes", "mutation", "globals_",
+    "modules_", "context_managers", "exceptions_and_asserts", "strings_and_math",
+    "printing", "breaks_data", "breaks_nested",  # the themes whose programs break
+)
 
 
 def load_all() -> list[Program]:

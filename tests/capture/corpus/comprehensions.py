@@ -11,8 +11,8 @@ def list_comprehension_of_tensors(x, n):
     return torch.stack(powers).sum(0) + sum(filtered)
 
 
-@program(call({"a": randn(2), "b": randn(2)}), call({"x": randn(3)}), call({"p": randn(1), "q": randn(1), "r": randn(1)}),
-         graphs=1, breaks=0)
+@program(call({"a": randn(2), "b": randn(2)}), call({"x": randn(3)}),
+         call({"p": randn(1), "q": randn(1), "r": randn(1)}), graphs=1, breaks=0)
 def dict_comprehension(d):
     doubled = {k: v * 2 for k, v in d.items()}
     lengths = {k: len(k) + i for i, k in enumerate(d)}

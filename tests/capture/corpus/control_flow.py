@@ -28,8 +28,8 @@ def branch_on_shape(x):
     return x.mean(dim=1, keepdim=True) * x.size(1)
 
 
-@program((randn(3),), (randn(3, dtype=torch.float64),), (ints(3, dtype=torch.int64),), (randn(3, dtype=torch.bfloat16),),
-         graphs=1, breaks=0)
+@program((randn(3),), (randn(3, dtype=torch.float64),), (ints(3, dtype=torch.int64),),
+         (randn(3, dtype=torch.bfloat16),), graphs=1, breaks=0)
 def branch_on_dtype(x):
     if x.dtype == torch.float64:
         return x * 2.0

@@ -73,3 +73,15 @@ def integer_in_place_ops(x):
     x.mul_(2)
     x.bitwise_and_(7)
     return x.sum(), x.max()
+
+
+@program(call(randn(3)), call(randn(4)), call(randn(2, 2)), graphs=1, breaks=0)
+def returns_none_after_in_place(x):
+    x.add_(1)
+    x.div_(2)
+
+
+@program(call(randn(3, requires_grad=True)), call(randn(4, requires_grad=True)), call(randn(2)), graphs=1, breaks=0,
+         bug="the detached view of an input that requires grad comes back with requires_grad=True (AsStridedBackward0)")
+def detach_of_an_input_requiring_grad(x):
+    return x.detach()
