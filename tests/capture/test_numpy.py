@@ -461,3 +461,32 @@ def test_binary_ufuncs_over_dtypes(compile_fn, ufunc):
             captured = compile_fn(g)
             assert_same(captured(a, b), expected)
             captured_once(captured)
+
+
+# ---------------------------------------------------------------- graph breaks and device contexts (ember backend)
+def test_a_print_between_numpy_code_keeps_two_graphs(capsys):
+    def f(a):
+        a += 1
+        b = a * 2
+        print("shape", b.shape)
+        return b.sum(), a
+
+    a, a2 = np.arange(4.0), np.arange(4.0)
+    fast = ember.compile(f)
+    actual, expected = fast(a), f(a2)
+    assert_same(actual, expected)
+    assert actual[1] is a and np.array_equal(a, a2)  # the caller's array, written in place once
+    assert capsys.readouterr().out == "shape (4,)\n" * 2
+    report = ember.explain(f, np.arange(4.0))
+    assert (report.graph_count, report.break_count) == (2, 1)
+
+
+def test_under_a_device_context_the_numpy_device_is_guarded():
+    def f(X, means):
+        return kmeans_step(X, means), np.zeros(3)
+
+    X, means = rand(50, 4), rand(3, 4)
+    fast = ember.compile(f)
+    with torch.device("cpu"):  # a TorchFunctionMode is active: the default device decides (CPU here)
+        assert_same(fast(X, means), f(X, means))
+    assert_same(fast(X, means), f(X, means))
