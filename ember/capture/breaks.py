@@ -48,6 +48,14 @@ class StopCapture(Exception):
         self.translator = translator
 
 
+@dataclasses.dataclass
+class TailCall:
+    """What a break's runner returns: the continuation and its arguments, for the caller to run."""
+
+    function: Any          # a CapturedFunction
+    args: tuple
+
+
 # ------------------------------------------------------------------ native steps
 _BINARY = {"NB_ADD": operator.add, "NB_AND": operator.and_, "NB_FLOOR_DIVIDE": operator.floordiv,
            "NB_LSHIFT": operator.lshift, "NB_MATRIX_MULTIPLY": operator.matmul, "NB_MULTIPLY": operator.mul,
@@ -309,9 +317,15 @@ def plan(session: Any, tx: Any, frame: Frame, registry: BreakRegistry, reason: s
         captured = registry.continuation(frame, branch.offset, branch.kinds, unbound)
         name = builder.namespace.bind(captured, captured.spec.function.__code__.co_name.replace(".", "_"))
         args = locals_ + [e for e in branch.stack if e is not None]
-        return f"return {name}({', '.join(args)})"
+        return f"return {tail_call}({name}, ({''.join(a + ', ' for a in args)}))"
 
-    body = [f"# {location}: graph break ({reason}); runs natively:"] + step.lines
+    tail_call = builder.namespace.bind(TailCall, "TailCall")
+
+    where = tx.location()
+    body = [f"# graph break at {location}: {reason}"]
+    if where != location:
+        body.append(f"# (inside the call at {where})")
+    body += ["# the instruction runs natively, then the rest of the frame:"] + step.lines
     if step.condition is not None:
         body += [f"if {step.condition}:", f"    {call_continuation(step.taken)}"]
     body.append(call_continuation(step.fall_through))

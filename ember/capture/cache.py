@@ -112,27 +112,37 @@ class CapturedFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            spec = self.spec
-            try:
-                L = spec.bind(args, kwargs)
-            except TypeError:
-                return spec.call_eagerly(args, kwargs)  # the same error eager raises
-            G = spec.globals
-            failures: list[tuple[CacheEntry, int]] = []
-            for entry in self.entries:
-                result = entry.guard(L, G)
-                if type(result) is tuple:
-                    if entry.compiled is None:
-                        return spec.call_eagerly(args, kwargs)
-                    return entry.epilogue(L, G, entry.run(result))
-                failures.append((entry, result))
-            return self._miss(L, args, kwargs, failures)
+            result = self._call(args, kwargs)
+            # a graph break's runner hands back the continuation to call: called here, not inside the
+            # runner, so a loop that breaks in every iteration does not nest one frame per iteration
+            while type(result) is breaks.TailCall:
+                result = result.function._call(result.args, {})
+            return result
         except Exception as error:
             # the user's own error (eager raised it, or the compiled code did): show the user's
             # frames, not ember's 40-120 lines of interpreter internals
             if not isinstance(error, CompileError) and not _keep_ember_frames():
                 error.__traceback__ = _without_ember_frames(error.__traceback__)
             raise
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
+        """One call: guards, then the compiled entry, or a capture (a TailCall when the entry ends in a
+        graph break: the rest of the frame, for ``__call__`` to run)."""
+        spec = self.spec
+        try:
+            L = spec.bind(args, kwargs)
+        except TypeError:
+            return spec.call_eagerly(args, kwargs)  # the same error eager raises
+        G = spec.globals
+        failures: list[tuple[CacheEntry, int]] = []
+        for entry in self.entries:
+            result = entry.guard(L, G)
+            if type(result) is tuple:
+                if entry.compiled is None:
+                    return spec.call_eagerly(args, kwargs)
+                return entry.epilogue(L, G, entry.run(result))
+            failures.append((entry, result))
+        return self._miss(L, args, kwargs, failures)
 
     # ------------------------------------------------------------------ misses
     def _miss(self, L: dict, args: tuple, kwargs: dict, failures: list[tuple[CacheEntry, int]]) -> Any:

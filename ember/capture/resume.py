@@ -111,19 +111,26 @@ def make_continuation(code: types.CodeType, resume_offset: int, slots: tuple[str
         co_name=name,
         co_qualname=f"{code.co_qualname}.resume_at_{line}",
     )
+    _check_jump(new_code, shift, resume_offset)
     return Continuation(new_code, code, shift, stack_names)
+
+
+def _check_jump(code: types.CodeType, shift: int, resume_offset: int) -> None:
+    """Wrong bytecode crashes the interpreter: decode the prologue's jump and check where it lands."""
+    jumps = [inst for inst in dis.get_instructions(code) if inst.offset < shift and inst.opname == "JUMP_FORWARD"]
+    starts = {inst.offset for inst in dis.get_instructions(code)}
+    if len(jumps) != 1 or jumps[0].argval != shift + resume_offset or jumps[0].argval not in starts:
+        raise Unsupported(f"internal error: continuation jump to {resume_offset} is miscoded")
 
 
 def _encode(instructions: list[tuple[int, int]]) -> bytes:
     out = bytearray()
     for opcode, arg in instructions:
-        extended = []
-        while arg > 0xFF:
-            extended.append(arg & 0xFF)
-            arg >>= 8
-        for byte in reversed(extended):
+        # EXTENDED_ARG carries the higher bytes, most significant first
+        arg_bytes = arg.to_bytes(4, "big").lstrip(b"\0") or b"\0"
+        for byte in arg_bytes[:-1]:
             out += bytes((_OP["EXTENDED_ARG"], byte))
-        out += bytes((opcode, arg))
+        out += bytes((opcode, arg_bytes[-1]))
         out += bytes(2 * dis._inline_cache_entries[opcode])
     return bytes(out)
 

@@ -374,7 +374,7 @@ class EpilogueBuilder:
         if isinstance(value, V.ObjectValue):
             if value.source is not None:
                 return value.source.code(self.namespace)
-            return self.namespace.bind(value.obj, "obj")
+            return self.namespace.bind(value.obj, getattr(value.obj, "__name__", None) or "obj")
         raise Unsupported(f"returning or storing {value.describe()} from a compiled frame")
 
     def _instance(self, value: objects.InstanceValue) -> str:

@@ -1,0 +1,423 @@
+"""Graph breaks that split a frame: the graph so far, the instruction natively, a compiled continuation.
+
+Every case runs eagerly and compiled over several calls with changed inputs and compares outputs,
+printed text, mutated inputs and Python state, then checks the graph and break counts of the first
+call (``ember.explain``): graphs holding at least one op, and break events.
+"""
+import contextlib
+import copy
+import io
+
+import pytest
+import torch
+
+import ember
+
+from .test_functions import assert_same
+
+
+def run_both(fn, args):
+    eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
+    eager_out, compiled_out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(eager_out):
+        expected = fn(*eager_args)
+    compiled = ember.compile(fn)
+    with contextlib.redirect_stdout(compiled_out):
+        got = compiled(*compiled_args)
+    return expected, got, eager_args, compiled_args, eager_out.getvalue(), compiled_out.getvalue()
+
+
+def check(fn, *calls, graphs, breaks):
+    compiled = ember.compile(fn)
+    for args in calls:
+        eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
+        eager_text, compiled_text = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(eager_text):
+            expected = fn(*eager_args)
+        with contextlib.redirect_stdout(compiled_text):
+            got = compiled(*compiled_args)
+        assert compiled_text.getvalue() == eager_text.getvalue()
+        assert_same(got, expected)
+        assert_same(compiled_args, eager_args)   # inputs mutated alike
+    with contextlib.redirect_stdout(io.StringIO()):
+        report = ember.explain(fn, *copy.deepcopy(calls[0]))
+    assert (report.graph_count, report.break_count) == (graphs, breaks), str(report)
+    return report
+
+
+def t(*shape, value=None):
+    if value is not None:
+        return torch.full(shape, float(value))
+    return torch.randn(*shape)
+
+
+# ------------------------------------------------------------------ where the break is
+def test_print_in_the_middle():
+    def fn(x):
+        y = x.sin() * 2
+        print("y has", y.shape)
+        return y.cos() + 1
+    check(fn, (t(4),), (t(5),), (t(2, 3),), graphs=2, breaks=1)
+
+
+def test_print_first_is_one_graph():
+    def fn(x):
+        print("start")
+        return x.relu() + 1
+    check(fn, (t(4),), (t(4),), graphs=1, breaks=1)
+
+
+def test_two_prints():
+    def fn(x):
+        a = x + 1
+        print("a")
+        b = a * 2
+        print("b", b.shape[0])
+        return b - a
+    check(fn, (t(3),), (t(4),), graphs=3, breaks=2)
+
+
+def test_item_feeds_later_ops():
+    def fn(x):
+        s = (x * 2).sum().item()
+        return x * s + 1
+    check(fn, (t(3, value=1),), (t(3, value=2),), graphs=2, breaks=1)
+
+
+@pytest.mark.parametrize("op", ["if", "if_not", "while", "and", "or", "not", "ternary"])
+def test_data_dependent_branches(op):
+    def fn(x):
+        y = x * 2
+        if op == "if":
+            if y.sum() > 0:
+                y = y + 1
+            else:
+                y = y - 1
+        elif op == "if_not":
+            if not (y.sum() > 0):
+                y = y - 10
+        elif op == "while":
+            while y.abs().sum() < 100:
+                y = y * 2
+        elif op == "and":
+            z = (y.sum() > 0) and (y.mean() < 10)
+            y = y + int(z)
+        elif op == "or":
+            z = (y.sum() > 0) or (y.mean() < -10)
+            y = y + int(z)
+        elif op == "not":
+            z = not (y > 0).all()
+            y = y * (2 if z else 3)
+        else:
+            y = y + 1 if y.max() > 1 else y - 1
+        return y.cos()
+    calls = [(t(4, value=1),), (t(4, value=-1),), (t(4, value=3),), (t(4, value=1),)]
+    compiled = ember.compile(fn)
+    for args in calls:
+        assert_same(compiled(*copy.deepcopy(args)), fn(*args))
+
+
+def test_branch_continuations_are_kept_for_both_sides():
+    def fn(x):
+        y = x * 3
+        if y.sum() > 0:
+            return y + 1
+        return y - 1
+    compiled = ember.compile(fn)
+    for sign in (1, -1, 1, -1):
+        x = t(4, value=sign)
+        assert_same(compiled(x), fn(x))
+    captured = compiled._ember_captured
+    # the prefix once, and each side once: later calls hit the cache
+    assert sum(event.graph is not None for event in captured.events) == 3
+
+
+def test_break_inside_a_called_function_compiles_the_callee_on_its_own():
+    def inner(y):
+        a = y + 1
+        print("inner", a.shape)
+        return a * 2
+
+    def fn(x):
+        z = inner(x * 3)
+        return z - 1
+    check(fn, (t(3),), (t(4),), graphs=4, breaks=2)
+
+
+def test_break_inside_a_submodule():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.lin(x)
+            print("block", h.shape)
+            return torch.relu(h)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = Block()
+            self.b = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.b(self.a(x * 2)) + 1
+    torch.manual_seed(0)
+    model = Model()
+    check(model, (t(2, 4),), (t(3, 4),), graphs=4, breaks=2)
+
+
+def test_break_in_a_loop():
+    def fn(x):
+        for i in range(3):
+            x = x * 2 + i
+            print("step", i)
+        return x.sum()
+    check(fn, (t(3),), (t(3),), graphs=4, breaks=3)
+
+
+def test_break_in_a_loop_over_modules():
+    layers = torch.nn.ModuleList([torch.nn.Linear(3, 3) for _ in range(3)])
+
+    def fn(x):
+        for layer in layers:
+            x = layer(x).relu()
+            print(x.shape)
+        return x
+    check(fn, (t(2, 3),), (t(4, 3),), graphs=4, breaks=3)
+
+
+def test_break_inside_call_arguments():
+    def fn(x):
+        return torch.add(x * 2, torch.tensor(float(x.sum())), alpha=3)
+    check(fn, (t(3),), (t(3),), graphs=2, breaks=1)
+
+
+def test_break_while_a_tensor_method_waits_for_its_argument():
+    def fn(x):
+        return x.mul(x.sum().item()).add(1)
+    check(fn, (t(3, value=2),), (t(3, value=1),), graphs=2, breaks=1)
+
+
+def test_break_with_keyword_arguments_and_star_call():
+    def fn(x):
+        args = (x.shape, x.sum() > 0)
+        print(*args, sep=" | ", end="!\n")
+        return x + 1
+    check(fn, (t(3),), graphs=2, breaks=1)
+
+
+def test_break_inside_no_grad_block():
+    def fn(x):
+        with torch.no_grad():
+            y = x * 2
+            print("grad", torch.is_grad_enabled())
+            z = y * 3
+        return z + x, torch.is_grad_enabled()
+    x = torch.ones(3, requires_grad=True)
+    compiled = ember.compile(fn)
+    out, grad_mode = compiled(x)
+    expected, _ = fn(x)
+    assert grad_mode and torch.is_grad_enabled()
+    assert_same(out, expected)
+    out.sum().backward()
+    assert_same(x.grad, torch.ones(3))
+
+
+def test_unbound_locals_stay_unbound():
+    def fn(x, flag):
+        if flag:
+            late = x + 1
+        print("between")
+        try:
+            return late * 2
+        except UnboundLocalError:
+            return x - 1
+    check(fn, (t(3), True), (t(3), False), graphs=2, breaks=1)
+
+
+def test_closure_variables_reach_the_continuation():
+    scale = torch.tensor(3.0)
+
+    def fn(x):
+        y = x * scale
+        print("closure")
+        return y + scale
+    check(fn, (t(3),), graphs=2, breaks=1)
+
+
+def test_break_at_an_operator_of_a_user_class():
+    class Noisy:
+        def __init__(self, v):
+            self.v = v
+
+        def __add__(self, other):
+            print("adding")
+            return Noisy(self.v + other)
+
+    def fn(x):
+        n = Noisy(x * 2) + 1
+        return n.v * 3
+    check(fn, (t(3),), graphs=2, breaks=1)
+
+
+def test_break_in_a_property():
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+        @property
+        def doubled(self):
+            print("property")
+            return self.t * 2
+
+    def fn(x):
+        box = Box(x + 1)
+        return box.doubled + 1
+    check(fn, (t(3),), graphs=2, breaks=1)
+
+
+# ------------------------------------------------------------------ state around the break
+def test_input_mutation_before_the_break_is_visible_to_it():
+    def fn(x):
+        x.add_(1)
+        print("sum", float(x.sum()))
+        x.mul_(2)
+        return x
+    check(fn, (t(3, value=1),), (t(4, value=2),), graphs=2, breaks=2)
+
+
+def test_views_keep_aliasing_across_the_break():
+    def fn(x):
+        y = x.clone()
+        v = y[0]
+        w = x[1]
+        print("break")
+        v.add_(1)
+        w.mul_(3)
+        return y
+    check(fn, (t(3, 2),), graphs=2, breaks=1)
+
+
+def test_python_state_mutated_before_the_break():
+    def fn(x, log):
+        log.append(x.shape[0])
+        print("log is", log)
+        log.append("after")
+        return x + len(log)
+    check(fn, (t(3), []), (t(4), [1]), graphs=1, breaks=1)   # nothing to compute before the print
+
+
+def test_one_object_stays_one_object():
+    def fn(x):
+        items = [x + 1]
+        alias = items
+        print("aliased")
+        alias.append(x * 2)
+        return items
+    check(fn, (t(3),), graphs=2, breaks=1)
+
+
+def test_global_changed_between_calls():
+    check_global_changes()
+
+
+FACTOR = 2.0
+
+
+def _uses_global(x):
+    y = x * FACTOR
+    print("factor", FACTOR)
+    return y + FACTOR
+
+
+def check_global_changes():
+    global FACTOR
+    compiled = ember.compile(_uses_global)
+    for value in (2.0, 3.0, 2.0):
+        FACTOR = value
+        x = t(3)
+        assert_same(compiled(x), _uses_global(x))
+    FACTOR = 2.0
+
+
+# ------------------------------------------------------------------ training across a break
+def test_gradients_flow_through_a_break():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+
+    def fn(x):
+        h = torch.tanh(lin(x))
+        print("h", h.shape)
+        return (h * h).sum()
+    x = t(3, 4).requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    loss = ember.compile(fn)(x)
+    loss.backward()
+    x_grad, w_grad = x.grad.clone(), lin.weight.grad.clone()
+    lin.zero_grad()
+    fn(x2).backward()
+    assert_same(x_grad, x2.grad)
+    assert_same(w_grad, lin.weight.grad)
+
+
+def test_backward_inside_the_compiled_function():
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+
+    def step(x):
+        loss = (x * w).sin().sum()
+        loss.backward()
+        return loss.detach() * 2
+    out = ember.compile(step)(t(3, value=1))
+    grad = w.grad.clone()
+    w.grad = None
+    expected = step(t(3, value=1))
+    assert_same(out, expected)
+    assert_same(grad, w.grad)
+
+
+# ------------------------------------------------------------------ fullgraph and logs
+def test_fullgraph_still_raises():
+    def fn(x):
+        print("no")
+        return x
+    with pytest.raises(ember.CompileError, match="print"):
+        ember.compile(fn, fullgraph=True)(t(3))
+
+
+def test_log_shows_the_runner(capsys, monkeypatch):
+    from ember.debug import logs
+
+    def fn(x):
+        y = x + 1
+        print("visible")
+        return y
+    monkeypatch.setattr(logs, "enabled", lambda channel: True)
+    seen = []
+    monkeypatch.setattr("ember.capture.cache.log", lambda channel, text: seen.append(text))
+    ember.compile(fn)(t(3))
+    text = "\n".join(seen)
+    assert "def resume_after_graph" in text and "fn_resume_at_" in text
+    assert "test_continuations.py:" in text
+
+
+def test_long_frame_resumes_past_extended_jumps():
+    """A continuation far into a long function: the prologue's jump needs EXTENDED_ARG."""
+    lines = ["def long_fn(x):"] + [f"    x = x + {i}" for i in range(300)] + \
+            ["    print('far')", "    return x * 2"]
+    namespace = {}
+    exec("\n".join(lines), namespace)
+    check(namespace["long_fn"], (t(3),), graphs=2, breaks=1)
+
+
+def test_while_loop_breaking_every_iteration_does_not_nest_frames():
+    def fn(x):
+        n = 0
+        while x.sum() < 2000:   # ~2000 iterations, each a break: deeper than the recursion limit
+            x = x + 1
+            n += 1
+        return x, n
+    compiled = ember.compile(fn)
+    assert_same(compiled(torch.zeros(1)), fn(torch.zeros(1)))
