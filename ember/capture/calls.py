@@ -15,6 +15,7 @@ import inspect
 import logging
 import math
 import operator
+import os
 import sys
 import types
 import warnings
@@ -83,6 +84,10 @@ _INLINED_TORCH_FUNCTIONS = {getattr(torch.nn.functional, name) for name in (
 _LOG_FUNCTIONS = {getattr(logging, n) for n in ("debug", "info", "warning", "error", "critical", "exception", "log")}
 _LOGGER_METHODS = {getattr(logging.Logger, n) for n in ("debug", "info", "warning", "error", "critical",
                                                          "exception", "log")}
+# torch._check(cond, message_fn) and friends: library asserts on Python conditions
+_TORCH_CHECKS = {getattr(torch, name) for name in ("_check", "_check_with", "_check_index", "_check_value",
+                                                   "_check_type", "_check_not_implemented") if hasattr(torch, name)}
+_ENVIRON_GET = type(os.environ).get  # Mapping.get: try self[key] except KeyError
 _UNSAFE_TORCH = {torch.seed, torch.set_default_dtype, torch.set_grad_enabled,
                  torch.use_deterministic_algorithms}
 
@@ -141,6 +146,12 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if _hashable(fn) and fn in _MODULE_CALL_ENTRIES and args and isinstance(args[0], V.ModuleValue):
         from .modules import call_module_impl  # super().__call__(...) from a module's own __call__
         return call_module_impl(tx, args[0], list(args[1:]), kwargs)
+    if fn in (torch.is_floating_point, torch.is_complex) and len(args) == 1 and isinstance(args[0], V.TensorValue):
+        return tensor_ops.call_tensor_method(session, fn.__name__, args[0], [], {})  # from the dtype
+    if fn is torch.is_tensor and len(args) == 1:
+        return V.ConstantValue(isinstance(args[0], V.TensorValue))
+    if _hashable(fn) and fn in _TORCH_CHECKS:
+        return _torch_check(tx, fn, args, kwargs)
     if _hashable(fn) and fn in _TORCH_FUNCTION_QUERIES:
         return _torch_function_query(tx, fn, args)
     if _hashable(fn) and fn in _PURE_LIBRARY_QUERIES:
@@ -155,6 +166,9 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         return V.ObjectValue(call_builtin_pure_object(tx, fn, args, kwargs))
     if fn is torch.manual_seed:
         return _manual_seed(tx, args, kwargs)
+    if fn is _ENVIRON_GET and args and isinstance(args[0], V.UserObjectValue) and args[0].obj is os.environ \
+            and args[0].source is not None:
+        return _environ_get(tx, args, kwargs)
     if fn is print:
         raise tx.unsupported("print() inside a compiled function", "print outside, or use EMBER_LOGS")
     if isinstance(fn, type):
@@ -282,6 +296,30 @@ def _manual_seed(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.
     tx.session.seeded_in_graph = True
     # eager returns the default generator
     return V.ObjectValue(torch.default_generator)
+
+
+def _torch_check(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """Passes when the condition is a true Python value; a false one raises in eager (the frame runs eagerly)."""
+    condition = args[1] if fn is getattr(torch, "_check_with", None) else (args[0] if args else kwargs.get("cond"))
+    if condition is None or not isinstance(condition, V.ConstantValue) or not isinstance(condition.value, bool):
+        raise tx.unsupported(f"{fn.__name__} on {condition.describe() if condition else 'no condition'}")
+    if not condition.value:
+        from .operations import user_error
+        raise user_error(tx.session, f"{fn.__name__} fails")
+    return V.NONE
+
+
+def _environ_get(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """``os.environ.get(name, default)`` (library switches): read now, the variable's value guarded."""
+    from .builtins import _constants
+    environ, rest = args[0], args[1:]
+    python_args, python_kwargs = _constants(tx, rest, kwargs, "os.environ.get")
+    key = python_args[0]
+    found = os.environ.get(key)
+    tx.session.guards.add(environ.source, "{v}.get({key}) == {found}", key=key, found=found)
+    if found is None:
+        return rest[1] if len(rest) > 1 else kwargs.get("default", V.NONE)
+    return V.ConstantValue(found)
 
 
 def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:

@@ -94,7 +94,8 @@ class InstructionTranslator:
                 raise Unsupported(f"coroutine {code.co_name}()", session.current_line())
             if any(inst.opname == "PUSH_EXC_INFO" for inst in _decoded(code)[0]):
                 # try/finally or with around a yield: eager runs the handler when the generator is closed
-                raise Unsupported(f"generator {code.co_name}() with try or with blocks", session.current_line())
+                raise Unsupported(f"generator {code.co_name}() with try or with blocks "
+                                  f"({code.co_filename}:{code.co_firstlineno})", session.current_line())
         if depth > MAX_INLINE_DEPTH:
             raise Unsupported("inlining too deep (recursion?)", session.current_line())
         self.session = session
