@@ -392,6 +392,10 @@ class EpilogueBuilder:
 
     def mutation_statements(self) -> list[str]:
         statements = []
+        if self.session.grad_enabled != self.session.entry_grad_enabled:
+            # the frame left grad mode changed (a continuation that exits a `with no_grad():` begun
+            # before a graph break): the compiled graph does not change the global mode, this does
+            statements.append(f"torch._C._set_grad_enabled({self.session.grad_enabled})")
         for container in self.session.mutable_containers:
             if not getattr(container, "mutated", False):
                 continue

@@ -225,6 +225,9 @@ def _apply_output_sources(out: WrapperSource, results: list[str], param_names: l
         out.lines.append(f"    _output{index} = {base_name}.as_strided({tuple(shape)!r}, {tuple(stride)!r}, "
                          f"{base_name}.storage_offset() + {offset!r})")
         results[index] = f"_output{index}"
+    for index in graph_extra.get("detached_outputs", ()):   # eager's x.detach(): a view without autograd
+        if index in sources and sources[index][0] in ("input_view", "view"):
+            results[index] = f"{results[index]}.detach()"
     # last: an output that IS an earlier one (a view made above, an input.as_strided(...)) is
     # that very object, so an expression is named once, not evaluated twice
     for index in sorted(sources):

@@ -83,7 +83,9 @@ def report_from_events(events: list[Any], output: Any = None) -> ExplainReport:
     recompiles: list[str] = []
     kernels = externs = 0
     for event in events:
-        if getattr(event, "graph", None) is not None:
+        # a graph with no op (a frame that only returns its inputs, the part after a graph break
+        # that only rebuilds the result) computes nothing: not counted, as Dynamo does not compile it
+        if getattr(event, "graph", None) is not None and any(True for _ in event.graph.call_nodes()):
             graphs.append(event.graph)
             compiled_list.append(event.compiled)
             stats = getattr(event.compiled, "stats", None) or {}

@@ -27,7 +27,7 @@ from .corpus import Program, load_all
 
 # The lead flips this once graph breaks keep compiled continuations: until then a frame with a break runs
 # eagerly (0 graphs), so only programs expected to have no break check their counts.
-CONTINUATIONS = False
+CONTINUATIONS = True
 
 PROGRAMS = load_all()
 _MISSING = object()
