@@ -311,7 +311,11 @@ def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
         return numpy_ops.get_iter(tx, value)
     if isinstance(value, V.IteratorValue):
         return value
-    if isinstance(value, (V.TupleValue, V.ListValue)):
+    if isinstance(value, V.ListValue):  # by index over the list itself, as list iterators are: appends show
+        iterator = V.IteratorValue([])
+        iterator.items = value.items
+        return iterator
+    if isinstance(value, V.TupleValue):
         return V.IteratorValue(value.items)
     if isinstance(value, V.DictValue):
         return V.IteratorValue([python_result(k) for k in value.items])
