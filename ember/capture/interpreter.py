@@ -87,7 +87,6 @@ class InstructionTranslator:
     def __init__(self, session: Any, code: types.CodeType, globals_dict: dict, local_values: dict[str, V.Value],
                  cells: dict[str, Any], depth: int = 0, function_name: str = "") -> None:
         # generators (and generator expressions) run lazily: see RETURN_GENERATOR
-        self.yields: list[V.Value] | None = None  # unused (generators were once run to completion)
         self.generator: V.GeneratorValue | None = None
         if code.co_flags & CO_GENERATOR_LIKE:
             if not code.co_flags & CO_GENERATOR or code.co_flags & CO_ITERABLE_COROUTINE:
@@ -168,8 +167,6 @@ class InstructionTranslator:
                 try:
                     jump = handler(inst)
                 except ReturnSignal:
-                    if self.yields is not None and self.code.co_flags & CO_GENERATOR_LIKE:
-                        return V.IteratorValue(self.yields)
                     return self.return_value
                 except Unsupported as error:
                     self.failed_instruction = inst

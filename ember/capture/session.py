@@ -56,6 +56,8 @@ class CaptureSession:
         self.autocast = autocast.AutocastState(self.guards)
         # graph breaks (breaks.py): the code of the frame being compiled, its translator once it runs,
         # and where a second capture stops: (instruction offset, visit count)
+        # Python calls with no value in the graph (warnings.warn, logging), replayed after it in order
+        self.replayed_calls: list[tuple[Any, list[V.Value], dict[str, V.Value]]] = []
         self.root_code: types.CodeType | None = None
         self.root_translator: Any = None
         self.stop_at: tuple[int, int] | None = None
@@ -410,6 +412,9 @@ class EpilogueBuilder:
             obj = target.source.code(self.namespace)
             for name, value in attrs.items():
                 statements.append(f"{obj}.{name} = {self.expr(value)}")
+        for fn, args, kwargs in self.session.replayed_calls:
+            parts = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
+            statements.append(f"{self.namespace.bind(fn, getattr(fn, '__name__', 'call'))}({', '.join(parts)})")
         return statements
 
 
