@@ -446,6 +446,8 @@ def call_container_method(tx: Any, obj: V.Value, name: str, args: list[V.Value],
             return V.NONE
         return python_result(getattr(obj.items, name)(*[a.as_python() for a in args]))
     if isinstance(obj, V.ConstantValue):
+        # ", ".join(str(d) for d in x.shape): the generator's items, as the method would iterate them
+        args = [V.TupleValue(unpack(tx, a)) if isinstance(a, V.LazyIteratorValue) else a for a in args]
         return call_builtin_pure(tx, getattr(obj.value, name), args, kwargs)
     raise tx.unsupported(f"method {name} of {obj.describe()}")
 

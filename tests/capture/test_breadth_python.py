@@ -249,3 +249,11 @@ def test_super_isinstance_enumerate_zip_reversed_sorted():
         return x, order, sorted([3, 1, 2], reverse=True), [type(m).__name__ for m in reversed(list(seq))]
 
     check(f, (torch.randn(2, 3),), (torch.randn(5, 3),))
+
+
+def test_string_join_over_a_generator_of_shape_dims():
+    def f(x):
+        label = "x".join(str(d) for d in x.shape)
+        return x.flatten() * len(label), label
+
+    check(f, (torch.randn(2, 3),), (torch.randn(4, 5),))
