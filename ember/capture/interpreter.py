@@ -241,6 +241,10 @@ class InstructionTranslator:
     def LOAD_DEREF(self, inst):
         cell = self.cells[inst.argval]
         if isinstance(cell, RealCell):
+            stored = self.session.stored_outside.get((id(cell.cell), inst.argval))
+            if stored is not None:
+                self.push(stored[1])
+                return
             try:
                 contents = cell.cell.cell_contents
             except ValueError:
@@ -253,15 +257,19 @@ class InstructionTranslator:
 
     def STORE_DEREF(self, inst):
         cell = self.cells[inst.argval]
-        if isinstance(cell, RealCell):
-            raise self.unsupported(f"assigning to nonlocal {inst.argval!r} of a function outside the trace")
+        if isinstance(cell, RealCell):  # a nonlocal of the compiled function: written back after the graph
+            self.session.store_outside((id(cell.cell), inst.argval), cell_source(cell.cell, cell.name), self.pop())
+            return
         cell.contents = self.pop()
 
     def LOAD_GLOBAL(self, inst):
         if inst.arg & 1:  # 3.11 and 3.12: NULL goes below the global
             self.push(V.NULL)
         name = inst.argval
-        if name in self.globals:
+        stored = self.session.stored_outside.get((id(self.globals), name))
+        if stored is not None:
+            value = stored[1]
+        elif name in self.globals:
             source = global_source(name, self.globals, self.session.root_globals)
             value = self.session.wrap(self.globals[name], source)
         else:
@@ -275,7 +283,10 @@ class InstructionTranslator:
         self.push(value)
 
     def STORE_GLOBAL(self, inst):
-        raise self.unsupported(f"assigning global {inst.argval!r} inside a compiled function")
+        """``global X; X = ...``: later reads in the trace see the Value; written back after the graph."""
+        name = inst.argval
+        self.session.store_outside((id(self.globals), name),
+                                   global_source(name, self.globals, self.session.root_globals), self.pop())
 
     def IMPORT_NAME(self, inst):
         fromlist = self.pop().as_python()

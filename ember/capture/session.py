@@ -56,6 +56,9 @@ class CaptureSession:
         self.autocast = autocast.AutocastState(self.guards)
         # graph breaks (breaks.py): the code of the frame being compiled, its translator once it runs,
         # and where a second capture stops: (instruction offset, visit count)
+        self.seeded_in_graph = False   # torch.manual_seed replayed after the graph: later random ops break
+        # globals and closure cells of outside functions assigned in the trace: key -> (Source, Value)
+        self.stored_outside: dict[tuple[int, str], tuple[Source, V.Value]] = {}
         # Python calls with no value in the graph (warnings.warn, logging), replayed after it in order
         self.replayed_calls: list[tuple[Any, list[V.Value], dict[str, V.Value]]] = []
         self.root_code: types.CodeType | None = None
@@ -218,6 +221,10 @@ class CaptureSession:
             raise Unsupported("changing .training inside the compiled region")
         entry = self.attr_mutations.setdefault(id(target), (target, {}))
         entry[1][name] = value
+
+    def store_outside(self, key: tuple[int, str], source: Source, value: V.Value) -> None:
+        self.stored_outside.pop(key, None)   # re-inserted last: written back in the order of the last stores
+        self.stored_outside[key] = (source, value)
 
     def pending_attr(self, target: V.Value, name: str) -> V.Value | None:
         entry = self.attr_mutations.get(id(target))
@@ -412,6 +419,8 @@ class EpilogueBuilder:
             obj = target.source.code(self.namespace)
             for name, value in attrs.items():
                 statements.append(f"{obj}.{name} = {self.expr(value)}")
+        for source, value in self.session.stored_outside.values():
+            statements.append(f"{source.code(self.namespace)} = {self.expr(value)}")
         for fn, args, kwargs in self.session.replayed_calls:
             parts = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
             statements.append(f"{self.namespace.bind(fn, getattr(fn, '__name__', 'call'))}({', '.join(parts)})")

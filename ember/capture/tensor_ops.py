@@ -175,7 +175,7 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
                           "keep the value as a tensor, or move this outside the compiled function")
     if "out" in kwargs:
         raise Unsupported(f"{op_name}(out=...) inside a compiled function", line)
-    if getattr(session, "seeded_in_graph", False) and op_name.rsplit(".", 1)[-1] in RANDOM_OP_NAMES:
+    if session.seeded_in_graph and op_name.rsplit(".", 1)[-1] in RANDOM_OP_NAMES:
         raise Unsupported(f"random op {op_name} after torch.manual_seed in the same graph", line,
                           "the seed is set after the graph (calls.py _manual_seed)")
     if session.autocast.any_enabled():  # eager's autocast casts, as explicit nodes

@@ -34,8 +34,7 @@ def global_string_selects_branch(x):
     return torch.tanh(x)
 
 
-@program(call(randn(3)), call(randn(3)), call(randn(2)), graphs=1, breaks=0, watch=("COUNTER",),
-         count_bug="rebinding a global (STORE_GLOBAL) breaks capture")
+@program(call(randn(3)), call(randn(3)), call(randn(2)), graphs=1, breaks=0, watch=("COUNTER",))
 def global_counter_written(x):
     global COUNTER
     COUNTER += 1
