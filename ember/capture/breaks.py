@@ -106,6 +106,7 @@ class Step:
     condition: str | None          # jumps: the Python condition choosing `taken`
     taken: Branch | None
     fall_through: Branch
+    below: Branch | None = None    # the stack under the instruction's operands
 
 
 class _StepBuilder:
@@ -132,11 +133,11 @@ class _StepBuilder:
             taken = Branch(self.inst.argval, rest + ([value] if kept else []),
                            rest_kinds + ((resume.VALUE,) if kept else ()))
             fall_through = Branch(self.next_offset, rest, rest_kinds)
-            condition = value if jump_if else f"not {value}"
-            return Step([], condition, taken, fall_through)
+            condition = f"bool({value})" if jump_if else f"not {value}"
+            return Step([], condition, taken, fall_through, Branch(-1, rest, rest_kinds))
         lines, produced = self._simple(name, operands)
         kinds = rest_kinds + (resume.VALUE,) * len(produced)
-        return Step(lines, None, None, Branch(self.next_offset, rest + produced, kinds))
+        return Step(lines, None, None, Branch(self.next_offset, rest + produced, kinds), Branch(-1, rest, rest_kinds))
 
     def _stack(self, values: list[V.Value]) -> tuple[list[str | None], tuple[str, ...]]:
         exprs: list[str | None] = []
@@ -219,11 +220,11 @@ def _is_user_function(obj: Any) -> bool:
 # ------------------------------------------------------------------ the registry
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """What a continuation of a frame needs from it: its original code, globals and closure."""
+    """What a continuation of a frame needs from it: its original code and globals (its cells are
+    arguments of the continuation)."""
 
     code: types.CodeType
     globals: dict
-    closure: tuple | None
     shift: int = 0      # bytes of continuation prologue in front of the original code
 
 
@@ -245,16 +246,17 @@ class BreakRegistry:
         known = self._frames.get(function.__code__)
         if known is not None:
             return known
-        return Frame(function.__code__, function.__globals__, function.__closure__)
+        return Frame(function.__code__, function.__globals__)
 
     def continuation(self, frame: Frame, offset: int, kinds: tuple[str, ...], unbound: tuple[str, ...]) -> Any:
         key = (frame.code, offset, kinds, unbound)
         captured = self._continuations.get(key)
         if captured is None:
             made = resume.make_continuation(frame.code, offset, kinds, unbound)
-            function = types.FunctionType(made.code, frame.globals, made.code.co_name, None, frame.closure)
+            placeholder_closure = tuple(types.CellType() for _ in frame.code.co_freevars) or None
+            function = types.FunctionType(made.code, frame.globals, made.code.co_name, None, placeholder_closure)
             function.__qualname__ = made.code.co_qualname
-            self._frames[made.code] = Frame(frame.code, frame.globals, frame.closure, made.shift)
+            self._frames[made.code] = Frame(frame.code, frame.globals, made.shift)
             captured = self._continuations[key] = self._make_captured(function)
         return captured
 
@@ -285,6 +287,25 @@ def break_point(session: Any) -> tuple[int, int] | None:
 
 
 @dataclasses.dataclass
+class _Handler(Branch):
+    lasti: bool = False
+
+
+def _exception_handler(frame: Frame, offset: int, below: Branch) -> _Handler | None:
+    """Where the frame's exception table sends an exception raised at ``offset``: the handler
+    continuation with the stack it expects (the entry's depth, lasti, the exception)."""
+    for entry in dis._parse_exception_table(frame.code):
+        if entry.start <= offset < entry.end:
+            if entry.depth > len(below.stack):
+                raise Unsupported("graph break with an exception handler deeper than the stack")
+            stack = below.stack[:entry.depth] + ([None] if entry.lasti else []) + ["error"]
+            kinds = below.kinds[:entry.depth] + ((resume.VALUE,) if entry.lasti else ()) + (resume.VALUE,)
+            # the lasti slot is filled in once the handler continuation (and its prologue) exists
+            return _Handler(entry.target, [e for e in stack if e is not None], kinds, entry.lasti)
+    return None
+
+
+@dataclasses.dataclass
 class Runner:
     function: Callable
     source: str
@@ -309,6 +330,7 @@ def plan(session: Any, tx: Any, frame: Frame, registry: BreakRegistry, reason: s
     original_names = frame.code.co_varnames
     locals_ = [builder.expr(tx.locals[name]) if name in tx.locals else "None" for name in original_names]
     unbound = tuple(name for name in original_names if name not in tx.locals)
+    cells = [builder.cell(tx.cells[name]) for name in frame.code.co_cellvars + frame.code.co_freevars]
     for value in tx.locals.values():
         if isinstance(value, V.IteratorValue):
             raise Unsupported("graph break while a local variable holds an iterator")
@@ -316,7 +338,7 @@ def plan(session: Any, tx: Any, frame: Frame, registry: BreakRegistry, reason: s
     def call_continuation(branch: Branch) -> str:
         captured = registry.continuation(frame, branch.offset, branch.kinds, unbound)
         name = builder.namespace.bind(captured, captured.spec.function.__code__.co_name.replace(".", "_"))
-        args = locals_ + [e for e in branch.stack if e is not None]
+        args = locals_ + [e for e in branch.stack if e is not None] + cells
         return f"return {tail_call}({name}, ({''.join(a + ', ' for a in args)}))"
 
     tail_call = builder.namespace.bind(TailCall, "TailCall")
@@ -325,11 +347,23 @@ def plan(session: Any, tx: Any, frame: Frame, registry: BreakRegistry, reason: s
     body = [f"# graph break at {location}: {reason}"]
     if where != location:
         body.append(f"# (inside the call at {where})")
-    body += ["# the instruction runs natively, then the rest of the frame:"] + step.lines
+    body += ["# the instruction runs natively, then the rest of the frame:"]
+    native = step.lines + ([f"taken = {step.condition}"] if step.condition is not None else [])
+    handler = _exception_handler(frame, inst.offset - frame.shift, step.below)
+    if handler is None:
+        body += native
+    else:
+        # inside try/except or a with block: what the instruction raises goes to the frame's handler
+        captured = registry.continuation(frame, handler.offset, handler.kinds, unbound)
+        if handler.lasti:   # the offset RERAISE reports, in the handler continuation's code
+            handler.stack.insert(-1, str(inst.offset - frame.shift + registry.frame_of(captured.spec.function).shift))
+        body += ["try:"] + [f"    {line}" for line in native] + \
+                ["except BaseException as error:", f"    {call_continuation(handler)}"]
     if step.condition is not None:
-        body += [f"if {step.condition}:", f"    {call_continuation(step.taken)}"]
+        body += ["if taken:", f"    {call_continuation(step.taken)}"]
     body.append(call_continuation(step.fall_through))
     session.graph.output(builder.outputs)
-    function = builder.function("resume_after_graph", builder.rebuilt + statements + body)
+    function = builder.function("resume_after_graph", builder.grad_mode_statements() + builder.rebuilt + statements +
+                                body)
     return Runner(function, function.__ember_source__)
 

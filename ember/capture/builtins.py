@@ -341,7 +341,7 @@ def _super(tx, args, kwargs):
     cell = tx.cells.get("__class__")
     if cell is None:
         raise tx.unsupported("super() outside a method")
-    from .interpreter import RealCell
+    from .values import RealCell
     cls = cell.cell.cell_contents if isinstance(cell, RealCell) else cell.contents.as_python()
     first = tx.code.co_varnames[0]
     self_value = tx.locals.get(first)

@@ -15,7 +15,8 @@ import torch
 
 from ..errors import Unsupported
 from . import values as V
-from .interpreter import CO_VARARGS, CO_VARKEYWORDS, InstructionTranslator, RealCell
+from .interpreter import CO_VARARGS, CO_VARKEYWORDS, InstructionTranslator
+from .values import RealCell
 from .session import CaptureSession
 from .sources import LocalSource
 

@@ -70,7 +70,7 @@ def inline_real_function(tx: Any, fn: types.FunctionType, args: list[V.Value], k
                      for d in (fn.__defaults__ or ()))
     kwdefaults = {k: session.wrap(v, None) if not _needs_guard(v) else _unsupported_default(fn)
                   for k, v in (fn.__kwdefaults__ or {}).items()}
-    from .interpreter import RealCell
+    from .values import RealCell
     cells: dict[str, Any] = {}
     for var_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         cells[var_name] = RealCell(cell, var_name)

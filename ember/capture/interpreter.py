@@ -25,8 +25,9 @@ from . import calls
 from . import operations as ops
 from . import values as V
 from .autocast import AutocastValue
+from .values import RealCell
 from .breaks import StopCapture
-from .sources import cell_source, global_source
+from .sources import AttrSource, cell_source, global_source
 
 PY312 = sys.version_info >= (3, 12)
 MAX_INLINE_DEPTH = 48
@@ -65,12 +66,10 @@ def _decoded(code: types.CodeType) -> tuple[list[dis.Instruction], dict[int, int
     return cached
 
 
-class RealCell:
-    """A closure cell of a real function: read through a guarded source."""
-
-    def __init__(self, cell: Any, name: str) -> None:
-        self.cell = cell
-        self.name = name
+def _contents_source(cell: RealCell) -> Any:
+    if cell.cell_source is not None:
+        return AttrSource(cell.cell_source, "cell_contents")
+    return cell_source(cell.cell, cell.name)
 
 
 def user_error(session: Any, reason: str) -> Unsupported:
@@ -225,7 +224,11 @@ class InstructionTranslator:
 
     def STORE_FAST(self, inst):
         value = self.pop()
-        if value is V.NULL:  # restoring a comprehension variable that was unset (3.12)
+        if inst.argval in self.code.co_cellvars or inst.argval in self.code.co_freevars:
+            # only a continuation's prologue does this: the cell object of a cell variable, passed
+            # in as an argument, goes into its slot (resume.py)
+            self.cells[inst.argval] = RealCell(value.obj, inst.argval, cell_source=value.source)
+        elif value is V.NULL:  # restoring a comprehension variable that was unset (3.12)
             self.locals.pop(inst.argval, None)
         else:
             self.locals[inst.argval] = value
@@ -249,7 +252,7 @@ class InstructionTranslator:
                 contents = cell.cell.cell_contents
             except ValueError:
                 raise self.unsupported(f"free variable {inst.argval!r} is empty") from None
-            self.push(self.session.wrap(contents, cell_source(cell.cell, cell.name)))
+            self.push(self.session.wrap(contents, _contents_source(cell)))
         else:
             if cell.contents is None:
                 raise self.user_error(f"free variable {inst.argval!r} referenced before assignment")
@@ -258,7 +261,7 @@ class InstructionTranslator:
     def STORE_DEREF(self, inst):
         cell = self.cells[inst.argval]
         if isinstance(cell, RealCell):  # a nonlocal of the compiled function: written back after the graph
-            self.session.store_outside((id(cell.cell), inst.argval), cell_source(cell.cell, cell.name), self.pop())
+            self.session.store_outside((id(cell.cell), inst.argval), _contents_source(cell), self.pop())
             return
         cell.contents = self.pop()
 

@@ -4,16 +4,20 @@ A graph break stops capture at an instruction of the user's frame.  What follows
 that instruction runs in a *continuation*: a copy of the user's code object
 with a short prologue in front,
 
-    def forward.resume_at_42(self, x, h, ..., __stack0, __stack1):
+    def forward.resume_at_42(self, x, h, ..., __stack0, __stack1, __cell_z):
         COPY_FREE_VARS / RESUME          (as the original starts)
         LOAD_FAST __stack0 ...           the value stack at the break, rebuilt
         PUSH_NULL                        (NULL slots of a call in progress)
         DELETE_FAST y                    locals that were unbound at the break
+        LOAD_FAST __cell_z; STORE_FAST z  the cell of a cell variable, into its slot
         JUMP_FORWARD  -> offset 42 of the original code
         <the original code, unchanged>
 
 Its arguments are the original locals (all of them, in order, so no
-instruction of the original needs renumbering) followed by the stack values.
+instruction of the original needs renumbering), the stack values, and the cell
+objects of the frame's cell and free variables (stored straight into their
+slots: closures made before the break and the continuation share them, and one
+continuation serves every closure made from the same code).
 The original bytes follow the prologue as they are: jumps are relative in
 3.11/3.12, so only the exception table (absolute offsets) and the localsplus
 indices of free variables (shifted by the added stack arguments) change.  The
@@ -50,6 +54,7 @@ class Continuation:
     original: types.CodeType
     shift: int                     # bytes of prologue: continuation offset = original offset + shift
     stack_names: tuple[str, ...]   # argument names of the non-NULL stack slots, bottom first
+    cell_names: tuple[str, ...]    # argument names of the cell objects of the cell and free variables
 
 
 def stack_name(index: int) -> str:
@@ -60,9 +65,11 @@ def resumable(code: types.CodeType) -> str | None:
     """Why a frame of ``code`` cannot be resumed in the middle (None: it can)."""
     if code.co_flags & CO_GENERATOR_LIKE:
         return "the frame is a generator or coroutine"
-    if code.co_cellvars:
-        return f"the frame has variables captured by inner functions ({', '.join(code.co_cellvars)})"
     return None
+
+
+def cell_name(name: str) -> str:
+    return f"__cell_{name}"
 
 
 def make_continuation(code: types.CodeType, resume_offset: int, slots: tuple[str, ...],
@@ -73,8 +80,15 @@ def make_continuation(code: types.CodeType, resume_offset: int, slots: tuple[str
         raise Unsupported(f"cannot resume after a graph break: {reason}")
     n_varnames = len(code.co_varnames)
     stack_names = tuple(stack_name(i) for i, kind in enumerate(slots) if kind != NULL)
-    varnames = code.co_varnames + stack_names
+    cells = code.co_cellvars + code.co_freevars
+    cell_args = tuple(cell_name(name) for name in cells)
+    varnames = code.co_varnames + stack_names + cell_args
     index_of = {name: i for i, name in enumerate(varnames)}
+    # localsplus: varnames, then the cell variables that are not arguments, then the free variables
+    pure_cells = [name for name in code.co_cellvars if name not in code.co_varnames]
+    slot_of_cell = {name: index_of[name] if name in code.co_varnames else len(varnames) + pure_cells.index(name)
+                    for name in code.co_cellvars}
+    slot_of_cell.update({name: len(varnames) + len(pure_cells) + i for i, name in enumerate(code.co_freevars)})
 
     prologue: list[tuple[int, int]] = []
     if code.co_freevars:
@@ -89,12 +103,17 @@ def make_continuation(code: types.CodeType, resume_offset: int, slots: tuple[str
             prologue.append((_OP["GET_ITER"], 0))
     for name in unbound:
         prologue.append((_OP["DELETE_FAST"], index_of[name]))
+    # the cell objects themselves go into their slots: MAKE_CELL is skipped, and the closure that
+    # COPY_FREE_VARS copied is a placeholder (one continuation serves every closure of the code)
+    for name in cells:
+        prologue.append((_OP["LOAD_FAST"], index_of[cell_name(name)]))
+        prologue.append((_OP["STORE_FAST"], slot_of_cell[name]))
     body = _encode(prologue)
     # JUMP_FORWARD counts code units from the end of itself, where the original code starts
     jump = _encode([(_OP["JUMP_FORWARD"], resume_offset // 2)])
     prefix = body + jump
     shift = len(prefix)
-    original = _shift_localsplus(code.co_code, n_varnames, len(stack_names))
+    original = _shift_localsplus(code.co_code, n_varnames, len(stack_names) + len(cell_args))
 
     flags = code.co_flags & ~(CO_VARARGS | CO_VARKEYWORDS)
     line = _line_of_offset(code, resume_offset)
@@ -112,7 +131,7 @@ def make_continuation(code: types.CodeType, resume_offset: int, slots: tuple[str
         co_qualname=f"{code.co_qualname}.resume_at_{line}",
     )
     _check_jump(new_code, shift, resume_offset)
-    return Continuation(new_code, code, shift, stack_names)
+    return Continuation(new_code, code, shift, stack_names, cell_args)
 
 
 def _check_jump(code: types.CodeType, shift: int, resume_offset: int) -> None:

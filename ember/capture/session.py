@@ -242,7 +242,8 @@ class CaptureSession:
         statements = builder.mutation_statements()
         expression = builder.expr(result)
         self.graph.output(builder.outputs)
-        return builder.function("epilogue", builder.rebuilt + statements + [f"return {expression}"])
+        return builder.function("epilogue", builder.grad_mode_statements() + builder.rebuilt + statements +
+                                [f"return {expression}"])
 
 
 _GRAD_MODE_MANAGERS = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
@@ -267,6 +268,14 @@ def _bound_method_value(session: CaptureSession, value: Any, source: Source) -> 
         manager.previous = bool(owner.prev)
         return V.ContextExitValue(manager)
     return None
+
+
+def make_function(code: types.CodeType, globals_dict: dict, defaults: tuple, kwdefaults: dict,
+                  closure: tuple) -> types.FunctionType:
+    function = types.FunctionType(code, globals_dict, code.co_name, defaults or None, closure or None)
+    function.__kwdefaults__ = kwdefaults or None
+    function.__qualname__ = code.co_qualname
+    return function
 
 
 def enter_grad_mode(enabled: bool) -> Any:
@@ -348,6 +357,8 @@ class EpilogueBuilder:
             return f"{cls}._make(({inner}))" if hasattr(value.cls, "_make") else f"{cls}(({inner}))"
         if isinstance(value, (V.ListValue, V.DictValue, V.SetValue, V.DataclassValue, objects.InstanceValue)):
             return self._once(value, lambda: self._new_object(value))
+        if isinstance(value, V.FunctionValue):
+            return self._once(value, lambda: self._function(value))
         return self._other(value)
 
     def _new_object(self, value: V.Value) -> str:
@@ -386,6 +397,24 @@ class EpilogueBuilder:
             return self.namespace.bind(value.obj, getattr(value.obj, "__name__", None) or "obj")
         raise Unsupported(f"returning or storing {value.describe()} from a compiled frame")
 
+    def cell(self, cell: V.CellValue | V.RealCell) -> str:
+        """A closure cell as a real cell object: one object per cell, shared by every closure using it."""
+        if isinstance(cell, V.RealCell):
+            if cell.cell_source is not None:
+                return cell.cell_source.code(self.namespace)
+            return self.namespace.bind(cell.cell, f"cell_{cell.name}")
+        cell_type = self.namespace.bind(types.CellType, "CellType")
+        return self._once(cell, lambda: f"{cell_type}({self.expr(cell.contents) if cell.contents is not None else ''})")
+
+    def _function(self, value: V.FunctionValue) -> str:
+        """A function made in the trace (a closure, a lambda), made again from its code."""
+        make = self.namespace.bind(make_function, "make_function")
+        defaults = "".join(self.expr(v) + ", " for v in value.defaults)
+        kwdefaults = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwdefaults.items())
+        closure = "".join(self.cell(c) + ", " for c in value.closure)
+        return (f"{make}({self.namespace.bind(value.code, value.name)}, {self.namespace.bind(value.globals, 'globals')}, "
+                f"({defaults}), {{{kwdefaults}}}, ({closure}))")
+
     def _instance(self, value: objects.InstanceValue) -> str:
         """An object built in the trace: rebuilt without re-running __init__ (see objects.py)."""
         rebuild = self.namespace.bind(objects.rebuild_instance, "rebuild_instance")
@@ -399,12 +428,16 @@ class EpilogueBuilder:
     def _key(self, key: Any) -> str:
         return repr(key) if isinstance(key, (str, int)) or key is None else self.namespace.bind(key, "key")
 
+    def grad_mode_statements(self) -> list[str]:
+        """The frame leaves grad mode changed (a continuation that exits a ``with no_grad():`` begun
+        before a graph break): the compiled graph does not change the global mode, this does.  It
+        comes first: a break's runner then enters the blocks still open, from this mode."""
+        if self.session.grad_enabled != self.session.entry_grad_enabled:
+            return [f"torch._C._set_grad_enabled({self.session.grad_enabled})"]
+        return []
+
     def mutation_statements(self) -> list[str]:
         statements = []
-        if self.session.grad_enabled != self.session.entry_grad_enabled:
-            # the frame left grad mode changed (a continuation that exits a `with no_grad():` begun
-            # before a graph break): the compiled graph does not change the global mode, this does
-            statements.append(f"torch._C._set_grad_enabled({self.session.grad_enabled})")
         for container in self.session.mutable_containers:
             if not getattr(container, "mutated", False):
                 continue

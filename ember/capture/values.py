@@ -182,6 +182,17 @@ class CellValue(Value):
         self.contents = contents
 
 
+class RealCell:
+    """A real closure cell (of a function outside the trace, or handed to a continuation): its
+    contents are read through a guarded source; ``cell_source`` names the cell object itself when it
+    is an argument of the frame (a continuation's ``__cell_x``), else the cell is bound by identity."""
+
+    def __init__(self, cell: Any, name: str, cell_source: Source | None = None) -> None:
+        self.cell = cell
+        self.name = name
+        self.cell_source = cell_source
+
+
 class FunctionValue(Value):
     """A function created inside the trace by MAKE_FUNCTION (a closure or lambda)."""
 

@@ -421,3 +421,103 @@ def test_while_loop_breaking_every_iteration_does_not_nest_frames():
         return x, n
     compiled = ember.compile(fn)
     assert_same(compiled(torch.zeros(1)), fn(torch.zeros(1)))
+
+
+def test_frame_with_cell_variables_shares_cells_with_its_closures():
+    def fn(x):
+        y = x + 1
+
+        def bump():
+            nonlocal y
+            print("bumping")
+            y = y * 10
+            return y.sum()
+        total = bump()
+        return y + total, bump() + 1
+    check(fn, (t(3),), (t(4),), graphs=4, breaks=3)   # the second bump() is a real function by then: compiled
+
+
+def test_lambda_live_across_the_break():
+    def fn(x, k):
+        scale = lambda v: v * k  # noqa: E731
+        print("lambda kept")
+        return scale(x) + 1
+    check(fn, (t(3), 2.0), (t(3), 3.0), graphs=1, breaks=1)
+
+
+# ------------------------------------------------------------------ exceptions at the break
+def _fails(k):
+    if k > 3:
+        raise ValueError(f"too big: {k}")
+    return k
+
+
+def test_exception_of_the_native_step_reaches_the_frames_handler():
+    def fn(x, n):
+        y = x * 2
+        try:
+            k = _fails(int(n))   # a break (int of a tensor) inside try, then a user function that raises
+            out = y + k
+        except ValueError as err:
+            out = y - len(str(err))
+        finally:
+            print("finally runs once")
+        return out
+    check(fn, (t(3), torch.tensor(1)), (t(3), torch.tensor(5)), (t(3), torch.tensor(2)), graphs=2, breaks=2)
+
+
+def test_exception_inside_no_grad_block_restores_grad_mode():
+    def fn(x):
+        with torch.no_grad():
+            y = x * 2
+            int(y.sum())      # a break inside the block
+            _fails(int(y.sum()))
+        return y
+    compiled = ember.compile(fn)
+    x = torch.full((3,), 1.0, requires_grad=True)
+    with pytest.raises(ValueError, match="too big"):
+        compiled(x)
+    assert torch.is_grad_enabled()
+    assert_same(compiled(x * 0), fn(x * 0))
+
+
+def test_exception_inside_a_python_context_manager_reaches_its_exit():
+    class Recorder:
+        def __init__(self):
+            self.log = []
+
+        def __enter__(self):
+            self.log.append("enter")
+            return self
+
+        def __exit__(self, kind, value, tb):
+            self.log.append(f"exit {kind.__name__ if kind else None}")
+            return True   # swallow
+
+    def fn(x, n):
+        rec = Recorder()
+        y = x + 1
+        with rec:
+            y = y * 2
+            _fails(int(n))
+            y = y + 100
+        return y, rec.log
+    check(fn, (t(3), torch.tensor(1)), (t(3), torch.tensor(7)), graphs=2, breaks=1)
+
+
+def test_second_break_inside_a_no_grad_block_keeps_the_mode():
+    def fn(x):
+        with torch.no_grad():
+            y = x * 2
+            a = int(y.sum())          # a break: the continuation starts inside the block
+            b = int((y * 3).sum())    # a second break in that continuation, still inside
+            modes = torch.is_grad_enabled()
+        return y * a + b, modes, torch.is_grad_enabled()
+    x = torch.full((3,), 1.0, requires_grad=True)
+    compiled = ember.compile(fn)
+    for _ in range(2):
+        got = compiled(x)
+        assert torch.is_grad_enabled()
+        expected = fn(x)
+        assert got[1:] == expected[1:]
+        assert_same(got[0], expected[0])
