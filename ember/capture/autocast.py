@@ -278,6 +278,9 @@ class AutocastValue(V.Value):
         self.enabled = enabled
         self.cache_enabled = cache_enabled
         self.previous: tuple | None = None
+        # a block entered before a graph break: the real manager's __exit__, called after the graph
+        # when the trace leaves the block (the graph itself does not change the global state)
+        self.real_exit: Any = None
 
     def describe(self) -> str:
         return f"torch.autocast({self.device!r}, {self.dtype}, enabled={self.enabled})"
@@ -331,6 +334,30 @@ def exit_block(tx: Any, manager: AutocastValue) -> None:
     if manager.previous is not None:
         tx.session.autocast.restore(manager.previous)
         manager.previous = None
+    if manager.real_exit is not None:
+        tx.session.replayed_calls.append((manager.real_exit, [V.NONE, V.NONE, V.NONE], {}))
+        manager.real_exit = None
+
+
+def from_real_exit(state: AutocastState, exit_method: Any) -> AutocastValue:
+    """The ``__exit__`` of a real autocast block a continuation starts inside: the block's state is the
+    current one, and the state before it is what the real manager will restore."""
+    real = exit_method.__self__
+    manager = from_real(real)
+    enabled, dtypes, cache = state.snapshot()
+    enabled[real.device] = bool(real.prev)
+    dtypes[real.device] = real.prev_fastdtype
+    manager.previous = (enabled, dtypes, bool(real.prev_cache_enabled))
+    manager.real_exit = exit_method
+    return manager
+
+
+def enter_real_block(device: str, dtype: torch.dtype, enabled: bool, cache_enabled: bool) -> Any:
+    """A real autocast block entered at a graph break; the continuation's ``with`` exit calls the
+    returned ``__exit__``."""
+    manager = torch.autocast(device, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+    manager.__enter__()
+    return manager.__exit__
 
 
 # ------------------------------------------------------------------ queries in the trace

@@ -267,6 +267,15 @@ def _bound_method_value(session: CaptureSession, value: Any, source: Source) -> 
         manager = V.GradModeValue(session.grad_enabled)
         manager.previous = bool(owner.prev)
         return V.ContextExitValue(manager)
+    if isinstance(value, types.MethodType) and isinstance(owner, torch.autocast) \
+            and value.__func__.__name__ == "__exit__":
+        session.guards.add(source, "type({v}.__self__) is {cls} and {v}.__func__.__name__ == '__exit__' and "
+                                   "({v}.__self__.device, {v}.__self__.fast_dtype, {v}.__self__._enabled, "
+                                   "{v}.__self__._cache_enabled, {v}.__self__.prev, {v}.__self__.prev_fastdtype, "
+                                   "{v}.__self__.prev_cache_enabled) == {state}", cls=type(owner),
+                           state=(owner.device, owner.fast_dtype, owner._enabled, owner._cache_enabled, owner.prev,
+                                  owner.prev_fastdtype, owner.prev_cache_enabled))
+        return V.ContextExitValue(autocast.from_real_exit(session.autocast, value))
     return None
 
 
@@ -391,6 +400,12 @@ class EpilogueBuilder:
         if isinstance(value, V.ContextExitValue) and isinstance(value.manager, V.GradModeValue):
             enter = self.namespace.bind(enter_grad_mode, "enter_grad_mode")
             return self._once(value, lambda: f"{enter}({value.manager.enabled})")
+        if isinstance(value, V.ContextExitValue) and isinstance(value.manager, autocast.AutocastValue):
+            manager = value.manager
+            enter = self.namespace.bind(autocast.enter_real_block, "enter_autocast")
+            dtype = self.namespace.bind(manager.dtype, str(manager.dtype).replace("torch.", ""))
+            return self._once(value, lambda: f"{enter}({manager.device!r}, {dtype}, {manager.enabled}, "
+                                             f"{manager.cache_enabled})")
         if isinstance(value, V.ObjectValue):
             if value.source is not None:
                 return value.source.code(self.namespace)

@@ -521,3 +521,16 @@ def test_second_break_inside_a_no_grad_block_keeps_the_mode():
         expected = fn(x)
         assert got[1:] == expected[1:]
         assert_same(got[0], expected[0])
+
+
+def test_break_inside_an_autocast_block():
+    def fn(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+            print("inside", torch.is_autocast_enabled("cpu"), y.dtype)
+            z = y @ w
+            q = (z.float() * 2) @ w
+        return z, q, (x @ w).dtype, torch.is_autocast_enabled("cpu")
+    torch.manual_seed(0)
+    check(fn, (t(4, 4), t(4, 4)), (t(4, 4), t(4, 4)), graphs=2, breaks=1)
+    assert not torch.is_autocast_enabled("cpu")
