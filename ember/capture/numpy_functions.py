@@ -34,7 +34,8 @@ from .numpy_ops import (
     assign,
     axes_arg,
     axis_arg,
-    binary_op,
+    OPERATOR_UFUNCS,
+    no_torch_mix,
     cast,
     check_writable,
     compare,
@@ -46,6 +47,7 @@ from .numpy_ops import (
     reject,
     result,
     stand_in,
+    swap_last,
     unary_op,
     user_error,
 )
@@ -413,6 +415,38 @@ METHODS.update({
     "item": _data_dependent("item"), "tolist": _data_dependent("tolist"), "nonzero": _data_dependent("nonzero"),
     "__array__": _data_dependent("__array__"),
 })
+
+
+# ---------------------------------------------------------------- operators and attributes on arrays (from operations)
+def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
+    no_torch_mix(tx, left, right)
+    in_place = symbol.endswith("=") and symbol[:-1] in OPERATOR_UFUNCS | {"@": None}
+    base = symbol[:-1] if in_place else symbol
+    if base == "@":
+        value = matmul(tx, left, right)
+    else:
+        value = apply_ufunc(tx, OPERATOR_UFUNCS[base], [left, right])
+    if in_place and isinstance(left, NdarrayValue) and not left.scalar:
+        return assign(tx, left, value, "same_kind")
+    return value
+
+
+def get_attr(tx: Any, value: NdarrayValue, name: str) -> V.Value:
+    simple = {"shape": lambda: value.shape, "ndim": lambda: value.ndim, "dtype": lambda: value.dtype,
+              "size": lambda: int(np.prod(value.shape)), "itemsize": lambda: value.dtype.itemsize,
+              "nbytes": lambda: int(np.prod(value.shape)) * value.dtype.itemsize}
+    if name in simple:
+        python = simple[name]()
+        if isinstance(python, tuple):
+            return V.TupleValue([V.ConstantValue(v) for v in python])
+        return V.ConstantValue(python)
+    if name in ("T", "mT"):
+        return shapes.transpose(tx, value) if name == "T" else shapes.transpose(tx, value, swap_last(value.ndim))
+    if name == "real" and not np.issubdtype(value.dtype, np.complexfloating):
+        return value
+    if name in METHODS:
+        return NumpyMethodValue(name, value)
+    raise tx.unsupported(f"ndarray attribute .{name}")
 
 
 # ---------------------------------------------------------------- the entry from calls.call

@@ -264,7 +264,7 @@ def apply_ufunc(tx: Any, ufunc: np.ufunc, operands: list[V.Value], dtype: Any = 
 
 
 # ---------------------------------------------------------------- operators
-_OPERATOR_UFUNCS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
+OPERATOR_UFUNCS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
                     "//": np.floor_divide, "%": np.remainder, "**": np.power, "&": np.bitwise_and,
                     "|": np.bitwise_or, "^": np.bitwise_xor, "<<": np.left_shift, ">>": np.right_shift}
 _COMPARE_UFUNCS = {"<": np.less, "<=": np.less_equal, "==": np.equal, "!=": np.not_equal, ">": np.greater,
@@ -272,27 +272,13 @@ _COMPARE_UFUNCS = {"<": np.less, "<=": np.less_equal, "==": np.equal, "!=": np.n
 _UNARY_UFUNCS = {"neg": np.negative, "pos": np.positive, "invert": np.invert}
 
 
-def _no_torch_mix(tx: Any, *values: V.Value) -> None:
+def no_torch_mix(tx: Any, *values: V.Value) -> None:
     if any(isinstance(v, V.TensorValue) for v in values):
         raise tx.unsupported("an operator between a torch tensor and a NumPy array")
 
 
-def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
-    _no_torch_mix(tx, left, right)
-    in_place = symbol.endswith("=") and symbol[:-1] in _OPERATOR_UFUNCS | {"@": None}
-    base = symbol[:-1] if in_place else symbol
-    if base == "@":
-        from .numpy_functions import matmul
-        value = matmul(tx, left, right)
-    else:
-        value = apply_ufunc(tx, _OPERATOR_UFUNCS[base], [left, right])
-    if in_place and isinstance(left, NdarrayValue) and not left.scalar:
-        return assign(tx, left, value, "same_kind")
-    return value
-
-
 def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
-    _no_torch_mix(tx, left, right)
+    no_torch_mix(tx, left, right)
     return apply_ufunc(tx, _COMPARE_UFUNCS[symbol], [left, right])
 
 
@@ -319,27 +305,7 @@ def check_writable(tx: Any, target: NdarrayValue) -> None:
 
 
 # ---------------------------------------------------------------- attributes and methods
-def get_attr(tx: Any, value: NdarrayValue, name: str) -> V.Value:
-    simple = {"shape": lambda: value.shape, "ndim": lambda: value.ndim, "dtype": lambda: value.dtype,
-              "size": lambda: int(np.prod(value.shape)), "itemsize": lambda: value.dtype.itemsize,
-              "nbytes": lambda: int(np.prod(value.shape)) * value.dtype.itemsize}
-    if name in simple:
-        python = simple[name]()
-        if isinstance(python, tuple):
-            return V.TupleValue([V.ConstantValue(v) for v in python])
-        return V.ConstantValue(python)
-    if name in ("T", "mT"):
-        from .numpy_shapes import transpose
-        return transpose(tx, value) if name == "T" else transpose(tx, value, _swap_last(value.ndim))
-    if name == "real" and not np.issubdtype(value.dtype, np.complexfloating):
-        return value
-    from .numpy_functions import METHODS
-    if name in METHODS:
-        return NumpyMethodValue(name, value)
-    raise tx.unsupported(f"ndarray attribute .{name}")
-
-
-def _swap_last(ndim: int) -> tuple[int, ...]:
+def swap_last(ndim: int) -> tuple[int, ...]:
     if ndim < 2:
         raise Unsupported("matrix transpose of an array with fewer than 2 dimensions")
     return tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)

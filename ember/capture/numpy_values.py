@@ -25,6 +25,7 @@ from ..errors import Unsupported
 from ..graph import TensorMeta
 from . import values as V
 from .sources import Source
+from .tensor_ops import guard_default_device
 
 # NumPy dtypes that have a torch dtype of the same meaning (uint16/32/64 have too few torch kernels)
 _DTYPES = [np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64]
@@ -106,8 +107,7 @@ def numpy_device(session: Any) -> torch.device:
     """CPU, or the default device when ``with torch.device("cuda"):`` is active (guarded)."""
     device = getattr(session, "numpy_device", None)
     if device is None:
-        from .tensor_ops import _guard_default_device
-        _guard_default_device(session)
+        guard_default_device(session)
         device = torch.device("cpu")
         if torch._C._is_torch_function_mode_enabled() and hasattr(torch, "get_default_device"):
             default = torch.get_default_device()

@@ -17,7 +17,7 @@ import torch
 from ..errors import Unsupported
 from . import autocast, objects, tensor_ops
 from . import values as V
-from . import numpy_ops  # numpy
+from . import numpy_functions, numpy_ops  # numpy
 from .numpy_values import NdarrayValue  # numpy
 from .sources import AttrSource, ItemSource
 
@@ -118,7 +118,7 @@ def is_same(tx: Any, left: V.Value, right: V.Value) -> bool:
 # ---------------------------------------------------------------- operators
 def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
     if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
-        return numpy_ops.binary_op(tx, symbol, left, right)
+        return numpy_functions.binary_op(tx, symbol, left, right)
     fn = BINARY_OPERATORS[symbol]
     if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
         if symbol.endswith("=") and not isinstance(left, V.TensorValue):
@@ -351,7 +351,7 @@ def format_python_value(tx: Any, value: V.Value) -> Any:
 # ---------------------------------------------------------------- attributes
 def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
     if isinstance(obj, NdarrayValue):  # numpy
-        return numpy_ops.get_attr(tx, obj, name)
+        return numpy_functions.get_attr(tx, obj, name)
     session = tx.session
     if isinstance(obj, V.TensorValue):
         return tensor_ops.tensor_attribute(session, obj, name)

@@ -221,7 +221,7 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
         _META_CACHE[cache_key] = meta_result
     device = _device_of_output(target, graph_args, graph_kwargs, inputs)
     if not inputs and graph_kwargs.get("device") is None:
-        _guard_default_device(session)
+        guard_default_device(session)
     _check_devices(op_name, inputs, device, line)
     in_place = _is_in_place(target, graph_kwargs)
 
@@ -295,7 +295,7 @@ _get_default_device = getattr(torch, "get_default_device", None)
 _function_mode_enabled = torch._C._is_torch_function_mode_enabled
 
 
-def _guard_default_device(session: Any) -> None:
+def guard_default_device(session: Any) -> None:
     """A factory without device=: torch.set_default_device() decides where it lives.  The default
     device is a torch-function mode; with no mode active (one C call) it is the CPU."""
     if not _function_mode_enabled():
