@@ -49,6 +49,7 @@ class CaptureEvent:
     break_location: str | None = None
     recompile_reason: str | None = None
     capture_seconds: float = 0.0
+    frame: str = ""            # the function (or continuation) the graph was captured from
 
 
 @dataclasses.dataclass
@@ -273,7 +274,7 @@ class CapturedFunction:
         self.events.append(CaptureEvent(graph if has_work else None, compiled, texts,
                                         failure.reason if failure else None,
                                         (failure.source_line or None) if failure else None,
-                                        recompile_reason, time.perf_counter() - started))
+                                        recompile_reason, time.perf_counter() - started, self.spec.name))
         return entry, tuple(session.example_inputs)
 
     def _graph_break(self, session: Any, error: Unsupported, recompile_reason: str | None,
@@ -297,7 +298,7 @@ class CapturedFunction:
             entry = CacheEntry(guard_fn, texts, None, None, guard_source)
             self.entries = [entry] + self.entries
         self.events.append(CaptureEvent(None, None, texts, error.reason, location, recompile_reason,
-                                        time.perf_counter() - started))
+                                        time.perf_counter() - started, self.spec.name))
         return entry
 
 

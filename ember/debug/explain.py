@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ember.graph import Graph
+from ember.graph import Graph, target_name
 
 MAX_PRINTED_GUARDS = 12
 
@@ -23,9 +23,11 @@ class GraphBreak:
 
     reason: str
     location: str  # "file.py:line" of the user's code
+    frame: str = ""  # the function that was split there (a continuation's name ends in .resume_at_LINE)
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.reason}" if self.location else self.reason
+        text = f"{self.location}: {self.reason}" if self.location else self.reason
+        return f"{text} (in {self.frame})" if self.frame else text
 
 
 @dataclasses.dataclass
@@ -38,6 +40,7 @@ class ExplainReport:
     guards: list[str]
     graphs: list[Graph]
     recompile_reasons: list[str] = dataclasses.field(default_factory=list)
+    graph_frames: list[str] = dataclasses.field(default_factory=list)  # where each graph was captured
     compiled: list[Any] = dataclasses.field(default_factory=list, repr=False)  # one per graph
     output: Any = dataclasses.field(default=None, repr=False)  # what the call returned
 
@@ -54,7 +57,8 @@ class ExplainReport:
             stats = getattr(compiled, "stats", None) or {}
             detail = (f", {stats.get('kernel_count', 0)} kernels, {stats.get('extern_count', 0)} externs"
                       if stats else "")
-            lines.append(f"  graph {index}: {plural(ops, 'op')}{detail}")
+            frame = f" ({self.graph_frames[index]})" if index < len(self.graph_frames) else ""
+            lines.append(f"  graph {index}{frame}: {plural(ops, 'op')}{detail}: {_op_names(self.graphs[index])}")
         if self.graph_breaks:
             lines.append("Graph breaks:")
             lines += [f"  {i + 1}. {brk}" for i, brk in enumerate(self.graph_breaks)]
@@ -68,6 +72,19 @@ class ExplainReport:
         return "\n".join(lines)
 
 
+def _op_names(graph: Graph, limit: int = 12) -> str:
+    """The graph's ops in order, repeats folded: 'linear, relu x2, add'."""
+    names: list[list] = []
+    for node in graph.call_nodes():
+        name = target_name(node.target)
+        if names and names[-1][0] == name:
+            names[-1][1] += 1
+        else:
+            names.append([name, 1])
+    parts = [name if count == 1 else f"{name} x{count}" for name, count in names[:limit]]
+    return ", ".join(parts) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
 def _one_line(text: str, width: int = 160) -> str:
     """A guard as one short line (module reprs inside guard texts span many lines)."""
     text = " ".join(text.split())
@@ -77,6 +94,7 @@ def _one_line(text: str, width: int = 160) -> str:
 def report_from_events(events: list[Any], output: Any = None) -> ExplainReport:
     """Summarise ``CapturedFunction.events`` (a list of ``CaptureEvent``)."""
     graphs: list[Graph] = []
+    frames: list[str] = []
     compiled_list: list[Any] = []
     breaks: list[GraphBreak] = []
     guards: list[str] = []
@@ -87,12 +105,14 @@ def report_from_events(events: list[Any], output: Any = None) -> ExplainReport:
         # that only rebuilds the result) computes nothing: not counted, as Dynamo does not compile it
         if getattr(event, "graph", None) is not None and any(True for _ in event.graph.call_nodes()):
             graphs.append(event.graph)
+            frames.append(getattr(event, "frame", ""))
             compiled_list.append(event.compiled)
             stats = getattr(event.compiled, "stats", None) or {}
             kernels += int(stats.get("kernel_count", 0))
             externs += int(stats.get("extern_count", 0))
         if getattr(event, "break_reason", None):
-            breaks.append(GraphBreak(str(event.break_reason), str(event.break_location or "")))
+            breaks.append(GraphBreak(str(event.break_reason), str(event.break_location or ""),
+                                     getattr(event, "frame", "")))
         for guard in getattr(event, "guards", None) or ():
             if str(guard) not in guards:
                 guards.append(str(guard))
@@ -107,6 +127,7 @@ def report_from_events(events: list[Any], output: Any = None) -> ExplainReport:
         guards=guards,
         graphs=graphs,
         recompile_reasons=recompiles,
+        graph_frames=frames,
         compiled=compiled_list,
         output=output,
     )

@@ -534,3 +534,18 @@ def test_break_inside_an_autocast_block():
     torch.manual_seed(0)
     check(fn, (t(4, 4), t(4, 4)), (t(4, 4), t(4, 4)), graphs=2, breaks=1)
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_explain_names_each_graph_and_break():
+    def inner(y):
+        a = y + 1
+        print("inner")
+        return a * 2
+
+    def outer(x):
+        return inner(x * 3) - 1
+    with contextlib.redirect_stdout(io.StringIO()):
+        text = str(ember.explain(outer, t(3)))
+    assert "graph 0 (" in text and "outer): 1 op" in text and ": mul" in text
+    assert "inner.resume_at_" in text and "outer.resume_at_" in text
+    assert text.count("print() inside a compiled function") == 2
