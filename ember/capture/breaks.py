@@ -258,6 +258,7 @@ class BreakRegistry:
             function.__qualname__ = made.code.co_qualname
             self._frames[made.code] = Frame(frame.code, frame.globals, made.shift)
             captured = self._continuations[key] = self._make_captured(function)
+            captured.description = resume.describe(made, offset)
         return captured
 
     def compiled(self, fn: Any) -> Any:
@@ -309,6 +310,7 @@ def _exception_handler(frame: Frame, offset: int, below: Branch) -> _Handler | N
 class Runner:
     function: Callable
     source: str
+    continuations: list[str]   # each continuation the runner may call, as Python (resume.describe)
 
 
 def plan(session: Any, tx: Any, frame: Frame, registry: BreakRegistry, reason: str, location: str) -> Runner:
@@ -332,8 +334,11 @@ def plan(session: Any, tx: Any, frame: Frame, registry: BreakRegistry, reason: s
         if isinstance(value, V.IteratorValue):
             raise Unsupported("graph break while a local variable holds an iterator")
 
+    described: list[str] = []
+
     def call_continuation(branch: Branch) -> str:
         captured = registry.continuation(frame, branch.offset, branch.kinds, unbound)
+        described.append(captured.description)
         name = builder.namespace.bind(captured, captured.spec.function.__code__.co_name.replace(".", "_"))
         args = locals_ + [e for e in branch.stack if e is not None] + cells
         return f"return {tail_call}({name}, ({''.join(a + ', ' for a in args)}))"
@@ -362,5 +367,5 @@ def plan(session: Any, tx: Any, frame: Frame, registry: BreakRegistry, reason: s
     session.graph.output(builder.outputs)
     function = builder.function("resume_after_graph", builder.grad_mode_statements() + builder.rebuilt + statements +
                                 body)
-    return Runner(function, function.__ember_source__)
+    return Runner(function, function.__ember_source__, described)
 

@@ -95,6 +95,7 @@ class CapturedFunction:
         self.registry = parent.registry if parent is not None else breaks.BreakRegistry(self._compile_part)
         self._warned_limit = False
         self._lock = threading.RLock()  # re-entrant: an eager run may call this function again
+        self.description = ""  # a continuation: its Python form (resume.describe), for the graph_breaks log
         _ALL.add(self)
 
     def _compile_part(self, fn: Any) -> CapturedFunction:
@@ -246,7 +247,8 @@ class CapturedFunction:
         except Unsupported as error:
             log("graph_breaks", f"{self.spec.name}: cannot split the frame at {location}: {error.reason}")
             return None
-        log("graph_breaks", f"{self.spec.name}: {failure.reason} at {location}\n{runner.source}")
+        log("graph_breaks", f"{self.spec.name}: {failure.reason} at {location}\n{runner.source}\n" +
+            "\n\n".join(runner.continuations))
         return self._add_entry(session, runner.function, recompile_reason, started, failure)
 
     def _add_entry(self, session: CaptureSession, epilogue: Callable, recompile_reason: str | None,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import dis
+import inspect
 import types
 
 from ..errors import Unsupported
@@ -219,3 +220,19 @@ def _line_of_offset(code: types.CodeType, offset: int) -> int:
         if start <= offset < end:
             break
     return line
+
+
+def describe(made: Continuation, resume_offset: int) -> str:
+    """A continuation as Python: its signature, then the user's source from the line it resumes at
+    (the bytecode resumes inside that line, at ``resume_offset``)."""
+    code = made.original
+    line = _line_of_offset(code, resume_offset)
+    names = ", ".join(made.code.co_varnames[:made.code.co_argcount])
+    header = (f"def {made.code.co_qualname}({names}):\n"
+              f"    # resumes {code.co_qualname} at {code.co_filename}:{line} (bytecode offset {resume_offset})")
+    try:
+        lines, first = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return header + "\n    # (source not available)"
+    body = "".join(lines[max(line - first, 0):]).rstrip()
+    return f"{header}\n{body}"
