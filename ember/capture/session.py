@@ -46,6 +46,7 @@ class CaptureSession:
         self._wrapped: dict[int, tuple[V.Value, Source]] = {}
         self._keepalive: list[Any] = []
         self.mutated_inputs: set[int] = set()          # ids of placeholder nodes written in place
+        self.input_tensors: dict[Any, torch.Tensor] = {}  # placeholder node -> the real tensor
         self.attr_mutations: dict[int, tuple[V.Value, dict[str, V.Value]]] = {}
         self.mutable_containers: list[V.Value] = []  # sourced lists/dicts (replayed if mutated)
         self.line_stack: list[Any] = []                # interpreters, innermost last (for file:line)
@@ -208,6 +209,7 @@ class CaptureSession:
         meta = TensorMeta.of(tensor)
         node = self.graph.placeholder(_placeholder_name(source), meta)
         node.extra["source"] = source.name()
+        self.input_tensors[node] = tensor
         self.example_inputs.append(tensor)
         self.placeholder_sources.append(source)
         python_cls = torch.nn.Parameter if isinstance(tensor, torch.nn.Parameter) else torch.Tensor

@@ -19,6 +19,7 @@ from ..errors import Unsupported
 from ..graph import TensorMeta, target_name
 from . import autocast
 from . import values as V
+from .sources import AttrSource
 
 # torch callables that make tensors from Python values alone
 FACTORY_NAMES = {"zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint", "randperm", "tensor",
@@ -374,6 +375,9 @@ def tensor_attribute(session: Any, value: V.TensorValue, name: str) -> V.Value:
         return record_call(session, torch.Tensor.transpose, [value, V.ConstantValue(-2), V.ConstantValue(-1)], {})
     if name in ("real", "imag"):
         return record_call(session, getattr(torch, name), [value], {})
+    if name == "grad" and value.source is not None and value.node in session.input_tensors:
+        # an input's .grad (after a backward that was a graph break): an input itself, guarded
+        return session.wrap(session.input_tensors[value.node].grad, AttrSource(value.source, "grad"))
     if name in ("grad", "data", "grad_fn", "_base", "names"):
         raise Unsupported(f"tensor attribute .{name}", session.current_line())
     attr = getattr(torch.Tensor, name, None)

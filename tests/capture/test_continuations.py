@@ -549,3 +549,25 @@ def test_explain_names_each_graph_and_break():
     assert "graph 0 (" in text and "outer): 1 op" in text and ": mul" in text
     assert "inner.resume_at_" in text and "outer.resume_at_" in text
     assert text.count("print() inside a compiled function") == 2
+
+
+def test_sgd_step_inside_the_compiled_function():
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    w_eager = w.detach().clone().requires_grad_()
+
+    def make(param):
+        def step(x):
+            loss = (x * param).sin().sum()
+            loss.backward()       # a break; the rest reads param.grad as an input
+            with torch.no_grad():
+                param.sub_(0.1 * param.grad)
+                param.grad.zero_()
+            return loss.detach()
+        return step
+    compiled, eager = ember.compile(make(w)), make(w_eager)
+    for i in range(3):
+        x = t(3, value=i + 1)
+        assert_same(compiled(x), eager(x))
+        assert_same(w.detach(), w_eager.detach())
+        assert_same(w.grad, w_eager.grad)
