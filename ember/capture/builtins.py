@@ -6,20 +6,23 @@ for real when every argument is a Python constant (``call_builtin_pure``).
 """
 from __future__ import annotations
 
+import collections
 import operator
+import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..errors import Unsupported
-from . import objects, tensor_ops
+from . import modules, objects, operations, tensor_ops
 from . import values as V
+from .sources import AttrSource
 from .operations import (MAX_LAZY_ITEMS, get_item, get_iter, is_same, python_result, set_item, truthiness, unpack,
                          user_error)
 
 
-def _constants(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value], what: str) -> tuple[list, dict]:
+def constants(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value], what: str) -> tuple[list, dict]:
     try:
         return [a.as_python() for a in args], {k: v.as_python() for k, v in kwargs.items()}
     except Unsupported:
@@ -29,7 +32,7 @@ def _constants(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value], what: s
 def call_builtin_pure(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
     """Call fn for real on Python constants (math.*, str methods, torch.finfo ...)."""
     name = getattr(fn, "__qualname__", repr(fn))
-    python_args, python_kwargs = _constants(tx, args, kwargs, name)
+    python_args, python_kwargs = constants(tx, args, kwargs, name)
     try:
         result = fn(*python_args, **python_kwargs)
     except Exception as error:
@@ -40,7 +43,6 @@ def call_builtin_pure(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[s
 def real_object(tx: Any, value: V.Value) -> Any:
     """The real object behind a Value whose identity is known (for pure queries like inspect.signature)."""
     if isinstance(value, V.BoundMethodValue):
-        import types
         return types.MethodType(real_object(tx, value.func), real_object(tx, value.self_value))
     if isinstance(value, V.ObjectValue):
         return value.obj
@@ -62,7 +64,6 @@ def call_pure_query(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[str
 
 
 def operator_on_values(tx: Any, fn: Callable, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
-    from . import operations
     if fn is operator.getitem:
         return get_item(tx, *args)
     if fn is operator.setitem:
@@ -97,8 +98,7 @@ def _len(tx, args, kwargs):
             raise tx.unsupported("len() of a 0-d tensor")
         return V.ConstantValue(value.meta.shape[0])
     if isinstance(value, V.ModuleValue):
-        from .modules import module_len
-        return V.ConstantValue(module_len(tx, value))
+        return V.ConstantValue(modules.module_len(tx, value))
     if objects.is_object_like(value):
         return V.ConstantValue(objects.length(tx, value))
     return call_builtin_pure(tx, len, args, kwargs)
@@ -112,7 +112,6 @@ def _isinstance(tx, args, kwargs):
     if isinstance(value, V.ObjectValue):
         return V.ConstantValue(isinstance(value.obj, classes))
     if isinstance(value, V.FunctionValue):
-        import types
         return V.ConstantValue(issubclass(types.FunctionType, classes))
     return V.ConstantValue(issubclass(value.python_type(), classes))
 
@@ -127,7 +126,7 @@ def _type(tx, args, kwargs):
 
 
 def _range(tx, args, kwargs):
-    return V.ConstantValue(range(*_constants(tx, args, kwargs, "range")[0]))
+    return V.ConstantValue(range(*constants(tx, args, kwargs, "range")[0]))
 
 
 def _is_lazy(value: V.Value) -> bool:
@@ -225,10 +224,9 @@ def _reduce_builtin(fn: Callable) -> Callable:
             items = unpack(tx, args[0])
             start = args[1] if len(args) > 1 else kwargs.get("start", V.ConstantValue(0))
             if tensor_ops.contains_tensor(items + [start]):
-                from .operations import binary_op
                 result = start
                 for item in items:
-                    result = binary_op(tx, "+", result, item)
+                    result = operations.binary_op(tx, "+", result, item)
                 return result
             return python_result(sum([v.as_python() for v in items], start.as_python()))
         items = unpack(tx, args[0]) if len(args) == 1 else list(args)
@@ -265,7 +263,6 @@ def _bool(tx, args, kwargs):
 
 
 def _getattr(tx, args, kwargs):
-    from .operations import get_attr
     name = args[1].as_python()
     if len(args) > 2:
         target = args[0]
@@ -273,14 +270,14 @@ def _getattr(tx, args, kwargs):
                 tx.session.pending_attr(target, name) is None:
             # the default is used iff the attribute is absent: that absence is guarded too
             present = _hasattr(tx, [target, args[1]], {}).as_python()
-            return get_attr(tx, target, name) if present else args[2]
+            return operations.get_attr(tx, target, name) if present else args[2]
         try:
-            return get_attr(tx, target, name)
+            return operations.get_attr(tx, target, name)
         except Unsupported:
             if _has_attr(tx, target, name):
                 raise
             return args[2]
-    return get_attr(tx, args[0], name)
+    return operations.get_attr(tx, args[0], name)
 
 
 def _has_attr(tx, value: V.Value, name: str) -> bool:
@@ -307,7 +304,6 @@ def _hasattr(tx, args, kwargs):
                 # reading the attribute in the guard proves it present (an AttributeError fails the
                 # guard), and the read is shared with the guards on its value that usually follow:
                 # half the cost of hasattr() then getattr() on classes with Python attribute hooks
-                from .sources import AttrSource
                 tx.session.guards.add(AttrSource(value.source, name), "{v} is {v}")
             else:
                 tx.session.guards.add(value.source, "hasattr({v}, {name}) is {present}", name=name, present=present)
@@ -316,8 +312,7 @@ def _hasattr(tx, args, kwargs):
 
 
 def _setattr(tx, args, kwargs):
-    from .operations import set_attr
-    set_attr(tx, args[0], args[1].as_python(), args[2])
+    operations.set_attr(tx, args[0], args[1].as_python(), args[2])
     return V.NONE
 
 
@@ -341,8 +336,7 @@ def _super(tx, args, kwargs):
     cell = tx.cells.get("__class__")
     if cell is None:
         raise tx.unsupported("super() outside a method")
-    from .values import RealCell
-    cls = cell.cell.cell_contents if isinstance(cell, RealCell) else cell.contents.as_python()
+    cls = cell.cell.cell_contents if isinstance(cell, V.RealCell) else cell.contents.as_python()
     first = tx.code.co_varnames[0]
     self_value = tx.locals.get(first)
     if self_value is None and first in tx.cells:
@@ -351,26 +345,24 @@ def _super(tx, args, kwargs):
 
 
 def _map(tx, args, kwargs):
-    from .calls import call
     if any(_is_lazy(a) for a in args[1:]):
         rows = _zip(tx, args[1:], {})
 
         def produce():
             row = rows.next_item()
-            return None if row is None else call(tx, args[0], list(row.items), {})
+            return None if row is None else tx.call(args[0], list(row.items), {})
         return V.LazyIteratorValue(produce)
     columns = [unpack(tx, a) for a in args[1:]]
-    return V.IteratorValue([call(tx, args[0], list(row), {}) for row in zip(*columns)])
+    return V.IteratorValue([tx.call(args[0], list(row), {}) for row in zip(*columns)])
 
 
 def _filter(tx, args, kwargs):
-    from .calls import call
     if _is_lazy(args[1]):
         iterator = args[1]
 
         def produce():
             while (item := iterator.next_item()) is not None:
-                keep = item if ops_is_none(args[0]) else call(tx, args[0], [item], {})
+                keep = item if ops_is_none(args[0]) else tx.call(args[0], [item], {})
                 if truthiness(tx, keep):
                     return item
             return None
@@ -378,7 +370,7 @@ def _filter(tx, args, kwargs):
     items = unpack(tx, args[1])
     if isinstance(args[0], V.ConstantValue) and args[0].value is None:
         return V.IteratorValue([v for v in items if truthiness(tx, v)])
-    return V.IteratorValue([v for v in items if truthiness(tx, call(tx, args[0], [v], {}))])
+    return V.IteratorValue([v for v in items if truthiness(tx, tx.call(args[0], [v], {}))])
 
 
 def _sorted(tx, args, kwargs):
@@ -454,10 +446,9 @@ def call_container_method(tx: Any, obj: V.Value, name: str, args: list[V.Value],
 
 def _set_tensor_member(tx: Any, obj: V.SetValue, name: str, tensor: V.TensorValue) -> V.Value:
     """set.add/discard/remove of a tensor: members compared by identity (tensors hash by id)."""
-    from .operations import contains
     if obj.source is not None:
         raise tx.unsupported("mutating a set argument")
-    present = contains(tx, obj, tensor)
+    present = operations.contains(tx, obj, tensor)
     if name == "add" and not present:
         obj.objects.append(tensor)
     elif name in ("discard", "remove") and present:
@@ -550,3 +541,89 @@ def _pure(fn: Callable) -> Callable:
 # builtins without side effects: evaluated for real on Python constants
 for _fn in (divmod, round, chr, ord, str, repr, format, hex, bin, oct, slice, ascii, hash, bytes):
     BUILTIN_HANDLERS.setdefault(_fn, _pure(_fn))
+
+
+# ---------------------------------------------------------------- building instances of Python classes (objects.py)
+def instantiate(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Value]) -> objects.InstanceValue:
+    instance = objects.InstanceValue(cls)
+    init = cls.__init__
+    if isinstance(init, types.FunctionType):
+        result = tx.call(V.ObjectValue(init), [instance] + args, kwargs)
+        if not (isinstance(result, V.ConstantValue) and result.value is None):
+            raise tx.unsupported(f"{cls.__name__}.__init__ returned a value")
+    elif init in (object.__init__,):
+        if args or kwargs:
+            raise tx.unsupported(f"{cls.__name__}() takes no arguments")
+    elif init in (dict.__init__, collections.OrderedDict.__init__):
+        _dict_update(tx, instance, args, kwargs)
+    else:
+        raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code")
+    return instance
+
+
+# ---------------------------------------------------------------- C base methods called on instances (objects.py)
+def call_base_method(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value | None:
+    """``object.__setattr__(self, ...)``, ``dict.__setitem__(self, ...)``, ``OrderedDict.keys(self)``...
+
+    Returns None when ``fn`` is not a base method this module models for ``args[0]``."""
+    owner = getattr(fn, "__objclass__", None)
+    name = getattr(fn, "__name__", "")
+    if not args or owner not in (object,) + objects.DICT_BASES:
+        return None
+    self_value, rest = args[0], args[1:]
+    if owner is object:
+        if isinstance(self_value, objects.InstanceValue):
+            if name == "__setattr__":
+                objects.object_setattr(tx, self_value, rest[0].as_python(), rest[1])
+                return V.NONE
+            if name == "__init__":
+                return V.NONE
+            if name == "__getattribute__":
+                return objects.get_attr(tx, self_value, rest[0].as_python())
+            if name == "__delattr__":
+                self_value.attrs.pop(rest[0].as_python(), None)
+                return V.NONE
+        if name == "__init__" and isinstance(self_value, V.Value):
+            return V.NONE
+        return None
+    if isinstance(self_value, V.UserObjectValue) and name in ("get", "__getitem__", "__contains__") \
+            and isinstance(self_value.obj, dict) and self_value.source is not None:
+        key = rest[0].as_python()
+        default = rest[1] if len(rest) > 1 else V.NONE
+        found = objects.dict_get_from_outside(tx, self_value, key, objects.MISSING_VALUE)
+        if name == "__contains__":
+            return V.ConstantValue(found is not objects.MISSING_VALUE)
+        if found is objects.MISSING_VALUE:
+            if name == "__getitem__":
+                raise tx.unsupported(f"KeyError {key!r}")
+            return default
+        return found
+    items = objects.mapping_of(tx, self_value, name)
+    if items is None:
+        return None
+    if name == "__setitem__":
+        items.items[rest[0].as_python()] = rest[1]
+        return V.NONE
+    if name == "__delitem__":
+        key = rest[0].as_python()
+        if key not in items.items:
+            raise tx.unsupported(f"KeyError {key!r}")
+        del items.items[key]
+        return V.NONE
+    if name == "__getitem__":
+        return get_item(tx, items, rest[0])
+    if name == "__contains__":
+        return V.ConstantValue(operations.contains(tx, items, rest[0]))
+    if name == "__len__":
+        return V.ConstantValue(len(items.items))
+    if name == "__iter__":
+        return get_iter(tx, items)
+    if name == "__init__":
+        _dict_update(tx, self_value, rest, kwargs)
+        return V.NONE
+    return call_container_method(tx, items, name, list(rest), kwargs)
+
+
+def _dict_update(tx: Any, target: V.Value, args: list[V.Value], kwargs: dict[str, V.Value]) -> None:
+    items = objects.mapping_of(tx, target, "update")
+    call_container_method(tx, items, "update", list(args), kwargs)

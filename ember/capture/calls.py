@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
-from . import autocast, objects, tensor_ops
+from . import autocast, builtins, modules, objects, operations, tensor_ops
 from . import values as V
 from . import numpy_functions  # numpy
-from .inline import inline_function_value, inline_real_function
+from .builtins import BUILTIN_HANDLERS, call_builtin_pure, constants
+from .inline import bind_arguments, inline_function_value, inline_real_function
 from .objects import InstanceValue
 
 # torch functions that only read global state: evaluated now (their state is guarded or constant)
@@ -103,15 +104,12 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
     if isinstance(callee, V.TensorMethodValue):
         return tensor_ops.call_tensor_method(session, callee.name, callee.self_value, args, kwargs)
     if isinstance(callee, V.ContainerMethodValue):
-        from .builtins import call_container_method
-        return call_container_method(tx, callee.self_value, callee.name, args, kwargs)
+        return builtins.call_container_method(tx, callee.self_value, callee.name, args, kwargs)
     if isinstance(callee, V.ContextExitValue):
-        from .operations import exit_context
-        exit_context(tx, callee.manager)
+        operations.exit_context(tx, callee.manager)
         return V.NONE
     if isinstance(callee, V.ModuleValue):
-        from .modules import call_module
-        return call_module(tx, callee, args, kwargs)
+        return modules.call_module(tx, callee, args, kwargs)
     if isinstance(callee, objects.PartialValue):
         return objects.call_partial(tx, callee, args, kwargs)
     if isinstance(callee, InstanceValue):
@@ -132,7 +130,6 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
 def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
     session = tx.session
     has_tensor = tensor_ops.contains_tensor(args) or tensor_ops.contains_tensor(list(kwargs.values()))
-    from .builtins import BUILTIN_HANDLERS, call_builtin_pure
     if fn in BUILTIN_HANDLERS if _hashable(fn) else False:
         return BUILTIN_HANDLERS[fn](tx, args, kwargs)
     if _hashable(fn) and fn in _COMPILE_STATE_QUERIES:
@@ -144,8 +141,8 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if _hashable(fn) and fn in _GUARDED_TORCH_QUERIES:
         return _guarded_state_query(tx, fn, args, kwargs)
     if _hashable(fn) and fn in _MODULE_CALL_ENTRIES and args and isinstance(args[0], V.ModuleValue):
-        from .modules import call_module_impl  # super().__call__(...) from a module's own __call__
-        return call_module_impl(tx, args[0], list(args[1:]), kwargs)
+        # super().__call__(...) from a module's own __call__
+        return modules.call_module_impl(tx, args[0], list(args[1:]), kwargs)
     if fn in (torch.is_floating_point, torch.is_complex) and len(args) == 1 and isinstance(args[0], V.TensorValue):
         return tensor_ops.call_tensor_method(session, fn.__name__, args[0], [], {})  # from the dtype
     if fn is torch.is_tensor and len(args) == 1:
@@ -155,8 +152,7 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if _hashable(fn) and fn in _TORCH_FUNCTION_QUERIES:
         return _torch_function_query(tx, fn, args)
     if _hashable(fn) and fn in _PURE_LIBRARY_QUERIES:
-        from .builtins import call_pure_query
-        return call_pure_query(tx, fn, args, kwargs)
+        return builtins.call_pure_query(tx, fn, args, kwargs)
     if fn is warnings.warn or _hashable(fn) and fn in _LOG_FUNCTIONS | _LOGGER_METHODS:
         return _replay_after_graph(tx, fn, args, kwargs)
     if isinstance(fn, types.MethodType) and fn.__func__ in _LOGGER_METHODS:  # a logger from getLogger()
@@ -195,14 +191,13 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if getattr(fn, "__self__", None) is operator or getattr(fn, "__module__", None) in ("_operator", "operator"):
         if has_tensor:
             return tensor_ops.record_call(session, fn, args, kwargs)
-        from .builtins import operator_on_values
-        return operator_on_values(tx, fn, args, kwargs)
+        return builtins.operator_on_values(tx, fn, args, kwargs)
     if isinstance(fn, types.FunctionType):
         return inline_real_function(tx, fn, args, kwargs)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         return inline_real_function(tx, fn.__func__, [session.wrap(fn.__self__, None)] + args, kwargs)
     if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)):
-        result = objects.call_base_method(tx, fn, args, kwargs)
+        result = builtins.call_base_method(tx, fn, args, kwargs)
         if result is not None:
             return result
     if isinstance(fn, functools._lru_cache_wrapper) and not args and not kwargs:
@@ -230,8 +225,7 @@ def _torch_function_query(tx: Any, fn: Any, args: list[V.Value]) -> V.Value:
     """``has_torch_function(args)`` and its unary/variadic forms: False for plain tensors and
     Parameters (tensor subclasses are refused as inputs) when no TorchFunctionMode is active.
     An active mode makes eager take the override path: not captured."""
-    from .operations import unpack
-    values = unpack(tx, args[0]) if fn is torch._C._has_torch_function else list(args)
+    values = operations.unpack(tx, args[0]) if fn is torch._C._has_torch_function else list(args)
     for value in values:
         if isinstance(value, V.TensorValue):
             if value.python_cls not in (torch.Tensor, torch.nn.Parameter):
@@ -250,8 +244,7 @@ def _torch_function_query(tx: Any, fn: Any, args: list[V.Value]) -> V.Value:
 
 
 def call_builtin_pure_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> Any:
-    from .builtins import _constants
-    python_args, python_kwargs = _constants(tx, args, kwargs, getattr(fn, "__name__", "call"))
+    python_args, python_kwargs = constants(tx, args, kwargs, getattr(fn, "__name__", "call"))
     return fn(*python_args, **python_kwargs)
 
 
@@ -304,16 +297,14 @@ def _torch_check(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
     if condition is None or not isinstance(condition, V.ConstantValue) or not isinstance(condition.value, bool):
         raise tx.unsupported(f"{fn.__name__} on {condition.describe() if condition else 'no condition'}")
     if not condition.value:
-        from .operations import user_error
-        raise user_error(tx.session, f"{fn.__name__} fails")
+        raise operations.user_error(tx.session, f"{fn.__name__} fails")
     return V.NONE
 
 
 def _environ_get(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
     """``os.environ.get(name, default)`` (library switches): read now, the variable's value guarded."""
-    from .builtins import _constants
     environ, rest = args[0], args[1:]
-    python_args, python_kwargs = _constants(tx, rest, kwargs, "os.environ.get")
+    python_args, python_kwargs = constants(tx, rest, kwargs, "os.environ.get")
     key = python_args[0]
     found = os.environ.get(key)
     tx.session.guards.add(environ.source, "{v}.get({key}) == {found}", key=key, found=found)
@@ -323,8 +314,7 @@ def _environ_get(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.
 
 
 def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
-    from .builtins import _constants
-    python_args, python_kwargs = _constants(tx, args, kwargs, getattr(fn, "__name__", "query"))
+    python_args, python_kwargs = constants(tx, args, kwargs, getattr(fn, "__name__", "query"))
     result = fn(*python_args, **python_kwargs)
     tx.session.guards.add(None, "{fn}(*{args}, **{kwargs}) == {result}", fn=fn, args=tuple(python_args),
                           kwargs=python_kwargs, result=result)
@@ -364,7 +354,6 @@ def _is_torch_op(fn: Any) -> bool:
 
 
 def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
-    from .builtins import call_builtin_pure
     if cls in _GRAD_MODE_CLASSES:
         if cls is torch.set_grad_enabled:
             enabled = args[0].as_python() if args else kwargs["mode"].as_python()
@@ -384,9 +373,8 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
             not dataclasses.is_dataclass(cls) and objects.can_instantiate(cls):
         if not objects.can_instantiate(cls):
             raise tx.unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or C base class)")
-        return objects.instantiate(tx, cls, args, kwargs)
+        return builtins.instantiate(tx, cls, args, kwargs)
     if dataclasses.is_dataclass(cls):
-        from .inline import bind_arguments
         init = cls.__init__
         defaults = tuple(tx.session.wrap(d, None) for d in (init.__defaults__ or ()))
         kwdefaults = {k: tx.session.wrap(v, None) for k, v in (init.__kwdefaults__ or {}).items()}
@@ -394,7 +382,6 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
         fields = {f.name: bound[f.name] for f in dataclasses.fields(cls)}
         return V.DataclassValue(cls, fields)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        from .inline import bind_arguments
         new = cls.__new__
         defaults = tuple(tx.session.wrap(d, None) for d in (new.__defaults__ or ()))
         bound = bind_arguments(new.__code__, cls.__name__, [V.NONE] + args, kwargs, defaults, {})

@@ -14,11 +14,13 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
+from . import calls
 from . import values as V
 from .interpreter import CO_VARARGS, CO_VARKEYWORDS, InstructionTranslator
-from .values import RealCell
+from .modules import call_module
 from .session import CaptureSession
 from .sources import LocalSource
+from .values import RealCell
 
 
 class FrameSpec:
@@ -103,7 +105,8 @@ class FrameSpec:
 
 
 class RootContext:
-    """Stands in for a translator when the root is a module call (no bytecode of our own yet)."""
+    """Stands in for a translator when the root is a module call (no bytecode of our own yet): the
+    same ``call`` / ``inline_code`` way back up for the modules below calls.py."""
 
     depth = -1
     cells: dict = {}
@@ -116,6 +119,15 @@ class RootContext:
     def unsupported(self, reason: str, hint: str = "") -> Unsupported:
         return Unsupported(reason, self.session.current_line(), hint)
 
+    def call(self, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+        return calls.call(self, callee, args, kwargs)
+
+    def inline_code(self, code: types.CodeType, globals_dict: dict, local_values: dict[str, V.Value],
+                    cells: dict[str, Any], name: str) -> V.Value:
+        child = InstructionTranslator(self.session, code, globals_dict, local_values, cells, depth=self.depth + 1,
+                                      function_name=name)
+        return child.run()
+
 
 def capture_frame(spec: FrameSpec, L: dict[str, Any], session: CaptureSession) -> V.Value:
     """Interpret the root with the real argument values; returns the result Value."""
@@ -123,7 +135,6 @@ def capture_frame(spec: FrameSpec, L: dict[str, Any], session: CaptureSession) -
     if spec.module is None or not (spec.module._forward_pre_hooks or spec.module._forward_hooks):
         session.root_code = spec.code  # a graph break can resume this frame (hooks would run after it)
     if spec.module is not None:
-        from .modules import call_module
         args, kwargs = _module_call_arguments(spec.code, local_values)
         root = RootContext(session, spec.code)
         result = call_module(root, local_values[spec.self_name], args, kwargs)

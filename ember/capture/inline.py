@@ -4,6 +4,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import torch
+
 from ..errors import Unsupported
 from . import values as V
 
@@ -70,10 +72,9 @@ def inline_real_function(tx: Any, fn: types.FunctionType, args: list[V.Value], k
                      for d in (fn.__defaults__ or ()))
     kwdefaults = {k: session.wrap(v, None) if not _needs_guard(v) else _unsupported_default(fn)
                   for k, v in (fn.__kwdefaults__ or {}).items()}
-    from .values import RealCell
     cells: dict[str, Any] = {}
     for var_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        cells[var_name] = RealCell(cell, var_name)
+        cells[var_name] = V.RealCell(cell, var_name)
     return run_code(tx, fn.__code__, fn.__globals__, args, kwargs, defaults, kwdefaults, cells, fn.__qualname__)
 
 
@@ -85,15 +86,11 @@ def inline_function_value(tx: Any, fn: V.FunctionValue, args: list[V.Value], kwa
 
 def run_code(tx: Any, code: types.CodeType, globals_dict: dict, args: list[V.Value], kwargs: dict[str, V.Value],
              defaults: tuple, kwdefaults: dict, cells: dict[str, Any], name: str) -> V.Value:
-    from .interpreter import InstructionTranslator
     local_values = bind_arguments(code, name, args, kwargs, defaults, kwdefaults)
-    child = InstructionTranslator(tx.session, code, globals_dict, local_values, cells,
-                                  depth=(tx.depth + 1) if tx is not None else 0, function_name=name)
-    return child.run()
+    return tx.inline_code(code, globals_dict, local_values, cells, name)  # the translator runs it one level down
 
 
 def _needs_guard(value: Any) -> bool:
-    import torch
     return isinstance(value, (torch.Tensor, torch.nn.Module, list, dict))
 
 

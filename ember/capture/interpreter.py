@@ -15,7 +15,9 @@ continue in a generated continuation" scheme needs to resume from.
 """
 from __future__ import annotations
 
+import builtins
 import dis
+import inspect
 import sys
 import types
 from typing import Any
@@ -46,7 +48,6 @@ def _has_python_enter_exit(manager: V.Value) -> bool:
         cls = manager.python_type()
     except Unsupported:
         return False
-    import inspect
     return all(isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
                for name in ("__enter__", "__exit__"))
 
@@ -138,6 +139,19 @@ class InstructionTranslator:
         """A break where the user's Python raises (IndexError, NameError, raise, assert): eager runs
         the frame and raises it, also under fullgraph=True."""
         return user_error(self.session, reason)
+
+    # ------------------------------------------------------------ the ways lower modules call back up
+    def call(self, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+        """``callee(*args, **kwargs)`` through the dispatcher: objects.py, modules.py, operations.py and
+        builtins.py run Python code (properties, dunders, hooks, map's function) through this, below calls.py."""
+        return calls.call(self, callee, args, kwargs)
+
+    def inline_code(self, code: types.CodeType, globals_dict: dict, local_values: dict[str, V.Value],
+                    cells: dict[str, Any], name: str) -> V.Value:
+        """Run a callee's bytecode one level deeper (inline.py binds its arguments and cells)."""
+        child = InstructionTranslator(self.session, code, globals_dict, local_values, cells, depth=self.depth + 1,
+                                      function_name=name)
+        return child.run()
 
     # ------------------------------------------------------------ main loop
     def run(self) -> V.Value:
@@ -276,7 +290,6 @@ class InstructionTranslator:
             source = global_source(name, self.globals, self.session.root_globals)
             value = self.session.wrap(self.globals[name], source)
         else:
-            import builtins
             builtins_dict = self.globals.get("__builtins__", builtins)
             if isinstance(builtins_dict, types.ModuleType):
                 builtins_dict = builtins_dict.__dict__

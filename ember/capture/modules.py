@@ -41,8 +41,7 @@ def module_get_attr(tx: Any, value: V.ModuleValue, name: str) -> V.Value:
     # Python's order: data descriptors of the class, the instance dict, other class
     # attributes, and only then ``Module.__getattr__`` (parameters, buffers, submodules)
     if isinstance(static, property):
-        from .calls import call
-        return call(tx, V.ObjectValue(static.fget), [value], {})
+        return tx.call(V.ObjectValue(static.fget), [value], {})
     if has_static and _is_data_descriptor(static):
         return _wrap_attr(tx, value, name, getattr(module, name))
     if name in instance_dict:
@@ -203,21 +202,19 @@ def _guard_hooks(tx: Any, value: V.ModuleValue) -> None:
 
 
 def call_module(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
-    from .calls import call
     module = value.obj
     if value.source is None:
         raise tx.unsupported("calling a module without a source")
     call_method = type(module).__call__
     if call_method is not nn.Module.__call__:
         if isinstance(call_method, types.FunctionType):
-            return call(tx, V.ObjectValue(call_method), [value] + args, kwargs)
+            return tx.call(V.ObjectValue(call_method), [value] + args, kwargs)
         raise tx.unsupported(f"{type(module).__name__}.__call__ is not Python code")
     return call_module_impl(tx, value, args, kwargs)
 
 
 def call_module_impl(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
     """What ``nn.Module.__call__`` does: forward pre-hooks, forward, forward hooks."""
-    from .calls import call
     module = value.obj
     if value.source is None:
         raise tx.unsupported("calling a module without a source")
@@ -225,7 +222,7 @@ def call_module_impl(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs:
     for hook_id, hook in module._forward_pre_hooks.items():
         with_kwargs = hook_id in module._forward_pre_hooks_with_kwargs
         hook_args = [value, V.TupleValue(args)] + ([V.DictValue(kwargs)] if with_kwargs else [])
-        result = call(tx, V.ObjectValue(hook), hook_args, {})
+        result = tx.call(V.ObjectValue(hook), hook_args, {})
         if not (isinstance(result, V.ConstantValue) and result.value is None):
             if with_kwargs:
                 new_args, new_kwargs = result.items
@@ -233,11 +230,11 @@ def call_module_impl(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs:
             else:
                 args = list(result.items) if isinstance(result, V.TupleValue) else [result]
     forward = module_get_attr(tx, value, "forward")
-    output = call(tx, forward, args, kwargs)
+    output = tx.call(forward, args, kwargs)
     for hook_id, hook in module._forward_hooks.items():
         with_kwargs = hook_id in module._forward_hooks_with_kwargs
         hook_args = [value, V.TupleValue(args)] + ([V.DictValue(kwargs)] if with_kwargs else []) + [output]
-        result = call(tx, V.ObjectValue(hook), hook_args, {})
+        result = tx.call(V.ObjectValue(hook), hook_args, {})
         if not (isinstance(result, V.ConstantValue) and result.value is None):
             output = result
     return output

@@ -22,7 +22,7 @@ import torch
 from ..errors import Unsupported
 from . import tensor_ops
 from . import values as V
-from .numpy_values import TORCH_DTYPE, NdarrayValue, NumpyMethodValue, numpy_device, torch_dtype
+from .numpy_values import TORCH_DTYPE, NdarrayValue, numpy_device, torch_dtype
 
 
 def user_error(tx: Any, reason: str) -> Unsupported:

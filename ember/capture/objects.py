@@ -1,14 +1,16 @@
-"""Instances of ordinary Python classes, and the C-level base methods they inherit.
+"""Instances of ordinary Python classes: their Values, attributes and protocols.
 
 ``InstanceValue`` is an object created inside the trace (``Output(x=...)``, a
 ``ModelOutput``, a small helper class): its ``__dict__`` is a dict of Values
 and, for ``dict`` / ``OrderedDict`` subclasses, its mapping items are a
 DictValue.  Python methods (``__init__``, ``__post_init__``, ``__setattr__``,
-``__getitem__``, properties...) are inlined like any Python code; the C methods
-they reach (``object.__setattr__``, ``super().__setitem__``, ``self.keys()``)
-are implemented here on those Values.  When such an object is returned, the
-epilogue rebuilds it without re-running ``__init__`` (``cls.__new__`` + items +
-``__dict__``), so what the user gets equals what eager code built.
+``__getitem__``, properties...) are inlined like any Python code (through
+``tx.call``: this module sits below calls.py); the C methods they reach
+(``object.__setattr__``, ``super().__setitem__``, ``self.keys()``) and
+``cls(...)`` itself are in builtins.py (``call_base_method``, ``instantiate``).
+When such an object is returned, the epilogue rebuilds it without re-running
+``__init__`` (``cls.__new__`` + items + ``__dict__``), so what the user gets
+equals what eager code built.
 
 Objects from outside the frame that subclass ``dict`` (registries, configs) are
 read through their C methods with a guard per key read (``dict_get_from_outside``).
@@ -21,12 +23,13 @@ import functools
 import inspect
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from . import values as V
 from .sources import Source, index_code, index_key
 
-_DICT_BASES = (dict, collections.OrderedDict)
+DICT_BASES = (dict, collections.OrderedDict)
 _PLAIN_NEW = {object.__new__, dict.__new__, collections.OrderedDict.__new__}
 _READ_ONLY_DICT_METHODS = {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__",
                            "__iter__", "copy"}
@@ -34,7 +37,7 @@ _MISSING = object()
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes written in Python
 _ALLOWED_C_BASES = {object, dict, collections.OrderedDict, typing.Generic}
 _PLAIN_METACLASSES = {type, abc.ABCMeta, type(typing.Protocol)}
-_MISSING_VALUE = V.ConstantValue(_MISSING)
+MISSING_VALUE = V.ConstantValue(_MISSING)
 
 
 class InstanceValue(V.Value):
@@ -43,7 +46,7 @@ class InstanceValue(V.Value):
     def __init__(self, cls: type) -> None:
         self.cls = cls
         self.attrs: dict[str, V.Value] = {}
-        self.dict_items = V.DictValue({}) if issubclass(cls, _DICT_BASES) else None
+        self.dict_items = V.DictValue({}) if issubclass(cls, DICT_BASES) else None
 
     def python_type(self) -> type:
         return self.cls
@@ -77,8 +80,7 @@ def make_partial(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> Pa
 
 
 def call_partial(tx: Any, partial: PartialValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
-    from .calls import call
-    return call(tx, partial.func, partial.args + list(args), {**partial.keywords, **kwargs})
+    return tx.call(partial.func, partial.args + list(args), {**partial.keywords, **kwargs})
 
 
 def partial_attr(tx: Any, partial: PartialValue, name: str) -> V.Value:
@@ -99,27 +101,8 @@ def can_instantiate(cls: type) -> bool:
     return all(base in _ALLOWED_C_BASES or base.__flags__ & _HEAP_TYPE for base in cls.__mro__)
 
 
-def instantiate(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Value]) -> InstanceValue:
-    from .calls import call
-    instance = InstanceValue(cls)
-    init = cls.__init__
-    if isinstance(init, types.FunctionType):
-        result = call(tx, V.ObjectValue(init), [instance] + args, kwargs)
-        if not (isinstance(result, V.ConstantValue) and result.value is None):
-            raise tx.unsupported(f"{cls.__name__}.__init__ returned a value")
-    elif init in (object.__init__,):
-        if args or kwargs:
-            raise tx.unsupported(f"{cls.__name__}() takes no arguments")
-    elif init in (dict.__init__, collections.OrderedDict.__init__):
-        _dict_update(tx, instance, args, kwargs)
-    else:
-        raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code")
-    return instance
-
-
 # ---------------------------------------------------------------- attributes
 def get_attr(tx: Any, obj: InstanceValue, name: str) -> V.Value:
-    from .calls import call
     cls = obj.cls
     if name == "__class__":
         return V.ObjectValue(cls)
@@ -134,18 +117,18 @@ def get_attr(tx: Any, obj: InstanceValue, name: str) -> V.Value:
     if isinstance(static, property):
         if static.fget is None:
             raise tx.unsupported(f"unreadable property {name!r}")
-        return call(tx, V.ObjectValue(static.fget), [obj], {})
+        return tx.call(V.ObjectValue(static.fget), [obj], {})
     if name in obj.attrs:
         return obj.attrs[name]
     if isinstance(static, functools.cached_property):
-        value = call(tx, V.ObjectValue(static.func), [obj], {})
+        value = tx.call(V.ObjectValue(static.func), [obj], {})
         obj.attrs[name] = value
         return value
     if static is not _MISSING:
         return bind_class_attribute(tx, static, obj, cls)
     getattr_hook = inspect.getattr_static(cls, "__getattr__", None)
     if isinstance(getattr_hook, types.FunctionType):
-        return call(tx, V.ObjectValue(getattr_hook), [obj, V.ConstantValue(name)], {})
+        return tx.call(V.ObjectValue(getattr_hook), [obj, V.ConstantValue(name)], {})
     raise tx.unsupported(f"{cls.__name__} object has no attribute {name!r}")
 
 
@@ -166,10 +149,9 @@ def bind_class_attribute(tx: Any, static: Any, self_value: V.Value, cls: type) -
 
 
 def set_attr(tx: Any, obj: InstanceValue, name: str, value: V.Value) -> None:
-    from .calls import call
     setattr_method = inspect.getattr_static(obj.cls, "__setattr__")
     if isinstance(setattr_method, types.FunctionType):
-        call(tx, V.ObjectValue(setattr_method), [obj, V.ConstantValue(name), value], {})
+        tx.call(V.ObjectValue(setattr_method), [obj, V.ConstantValue(name), value], {})
         return
     if setattr_method is not object.__setattr__:
         raise tx.unsupported(f"{obj.cls.__name__}.__setattr__ is not Python code")
@@ -177,12 +159,11 @@ def set_attr(tx: Any, obj: InstanceValue, name: str, value: V.Value) -> None:
 
 
 def object_setattr(tx: Any, obj: InstanceValue, name: str, value: V.Value) -> None:
-    from .calls import call
     static = inspect.getattr_static(obj.cls, name, None)
     if isinstance(static, property):
         if static.fset is None:
             raise tx.unsupported(f"can't set attribute {name!r}")
-        call(tx, V.ObjectValue(static.fset), [obj, value], {})
+        tx.call(V.ObjectValue(static.fset), [obj, value], {})
         return
     if static is not None and hasattr(type(static), "__set__") and not isinstance(static, functools.cached_property):
         raise tx.unsupported(f"setting data descriptor {name!r} of {obj.cls.__name__}")
@@ -196,8 +177,7 @@ def _python_dunder(obj: V.Value, name: str) -> types.FunctionType | None:
 
 
 def _call_dunder(tx: Any, method: types.FunctionType, obj: V.Value, *args: V.Value) -> V.Value:
-    from .calls import call
-    return call(tx, V.ObjectValue(method), [obj, *args], {})
+    return tx.call(V.ObjectValue(method), [obj, *args], {})
 
 
 def _items_of(tx: Any, obj: V.Value, method: str) -> V.DictValue | None:
@@ -213,8 +193,9 @@ def is_object_like(value: V.Value) -> bool:
     return isinstance(value, (InstanceValue, V.UserObjectValue))
 
 
-def truthiness(tx: Any, obj: V.Value) -> bool:
-    from .operations import truthiness as truth_of
+# The generic operation (``truth_of``, ``contains_of``...) is passed in by operations.py, which
+# applies it to what a Python dunder returned (itself any Value) or to the dict items.
+def truthiness(tx: Any, obj: V.Value, truth_of: Callable[[Any, V.Value], bool]) -> bool:
     for name in ("__bool__", "__len__"):
         method = _python_dunder(obj, name)
         if method is not None:
@@ -228,30 +209,29 @@ def truthiness(tx: Any, obj: V.Value) -> bool:
     raise tx.unsupported(f"truth value of {obj.describe()}")
 
 
-def contains(tx: Any, obj: V.Value, item: V.Value) -> bool:
-    from .operations import contains as contains_of
-    from .operations import truthiness as truth_of
+def contains(tx: Any, obj: V.Value, item: V.Value, contains_of: Callable[[Any, V.Value, V.Value], bool],
+             truth_of: Callable[[Any, V.Value], bool]) -> bool:
     method = _python_dunder(obj, "__contains__")
     if method is not None:
         return truth_of(tx, _call_dunder(tx, method, obj, item))
     if isinstance(obj, V.UserObjectValue) and isinstance(obj.obj, dict) and obj.source is not None:
-        return dict_get_from_outside(tx, obj, item.as_python(), _MISSING_VALUE) is not _MISSING_VALUE
+        return dict_get_from_outside(tx, obj, item.as_python(), MISSING_VALUE) is not MISSING_VALUE
     items = _items_of(tx, obj, "__contains__")
     if items is not None:
         return contains_of(tx, items, item)
     raise tx.unsupported(f"`in` on {obj.describe()}")
 
 
-def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value | None:
+def get_item(tx: Any, obj: V.Value, index: V.Value,
+             get_item_of: Callable[[Any, V.Value, V.Value], V.Value]) -> V.Value | None:
     """obj[index]; None when a UserObjectValue has only a C __getitem__ (the caller reads it for real)."""
-    from .operations import get_item as get_item_of
     method = _python_dunder(obj, "__getitem__")
     if method is not None:
         return _call_dunder(tx, method, obj, index)
     if isinstance(obj, V.UserObjectValue) and isinstance(obj.obj, dict) and obj.source is not None:
         key = index.as_python()
-        found = dict_get_from_outside(tx, obj, key, _MISSING_VALUE)
-        if found is _MISSING_VALUE:
+        found = dict_get_from_outside(tx, obj, key, MISSING_VALUE)
+        if found is MISSING_VALUE:
             raise tx.unsupported(f"KeyError {key!r}")
         return found
     if isinstance(obj, InstanceValue) and obj.dict_items is not None:
@@ -272,8 +252,7 @@ def set_item(tx: Any, obj: V.Value, index: V.Value, value: V.Value) -> None:
     raise tx.unsupported(f"item assignment on {obj.describe()}")
 
 
-def get_iter(tx: Any, obj: V.Value) -> V.IteratorValue:
-    from .operations import get_iter as get_iter_of
+def get_iter(tx: Any, obj: V.Value, get_iter_of: Callable[[Any, V.Value], V.IteratorValue]) -> V.IteratorValue:
     method = _python_dunder(obj, "__iter__")
     if method is not None:
         return get_iter_of(tx, _call_dunder(tx, method, obj))
@@ -293,73 +272,6 @@ def length(tx: Any, obj: V.Value) -> int:
     raise tx.unsupported(f"len() of {obj.describe()}")
 
 
-# ---------------------------------------------------------------- C base methods called on Values
-def call_base_method(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value | None:
-    """``object.__setattr__(self, ...)``, ``dict.__setitem__(self, ...)``, ``OrderedDict.keys(self)``...
-
-    Returns None when ``fn`` is not a base method this module models for ``args[0]``."""
-    owner = getattr(fn, "__objclass__", None)
-    name = getattr(fn, "__name__", "")
-    if not args or owner not in (object,) + _DICT_BASES:
-        return None
-    self_value, rest = args[0], args[1:]
-    if owner is object:
-        if isinstance(self_value, InstanceValue):
-            if name == "__setattr__":
-                object_setattr(tx, self_value, rest[0].as_python(), rest[1])
-                return V.NONE
-            if name == "__init__":
-                return V.NONE
-            if name == "__getattribute__":
-                return get_attr(tx, self_value, rest[0].as_python())
-            if name == "__delattr__":
-                self_value.attrs.pop(rest[0].as_python(), None)
-                return V.NONE
-        if name == "__init__" and isinstance(self_value, V.Value):
-            return V.NONE
-        return None
-    if isinstance(self_value, V.UserObjectValue) and name in ("get", "__getitem__", "__contains__") \
-            and isinstance(self_value.obj, dict) and self_value.source is not None:
-        key = rest[0].as_python()
-        default = rest[1] if len(rest) > 1 else V.NONE
-        found = dict_get_from_outside(tx, self_value, key, _MISSING_VALUE)
-        if name == "__contains__":
-            return V.ConstantValue(found is not _MISSING_VALUE)
-        if found is _MISSING_VALUE:
-            if name == "__getitem__":
-                raise tx.unsupported(f"KeyError {key!r}")
-            return default
-        return found
-    items = mapping_of(tx, self_value, name)
-    if items is None:
-        return None
-    from .builtins import call_container_method
-    if name == "__setitem__":
-        items.items[rest[0].as_python()] = rest[1]
-        return V.NONE
-    if name == "__delitem__":
-        key = rest[0].as_python()
-        if key not in items.items:
-            raise tx.unsupported(f"KeyError {key!r}")
-        del items.items[key]
-        return V.NONE
-    if name == "__getitem__":
-        from .operations import get_item
-        return get_item(tx, items, rest[0])
-    if name == "__contains__":
-        from .operations import contains
-        return V.ConstantValue(contains(tx, items, rest[0]))
-    if name == "__len__":
-        return V.ConstantValue(len(items.items))
-    if name == "__iter__":
-        from .operations import get_iter
-        return get_iter(tx, items)
-    if name == "__init__":
-        _dict_update(tx, self_value, rest, kwargs)
-        return V.NONE
-    return call_container_method(tx, items, name, list(rest), kwargs)
-
-
 def mapping_of(tx: Any, value: V.Value, method: str) -> V.DictValue | None:
     """The DictValue holding the items of a dict-like Value (None: not dict-like)."""
     if isinstance(value, InstanceValue):
@@ -371,12 +283,6 @@ def mapping_of(tx: Any, value: V.Value, method: str) -> V.DictValue | None:
             raise tx.unsupported(f"dict.{method} on a dict subclass passed in (mutation)")
         return dict_view_from_outside(tx, value)
     return None
-
-
-def _dict_update(tx: Any, target: V.Value, args: list[V.Value], kwargs: dict[str, V.Value]) -> None:
-    from .builtins import call_container_method
-    items = mapping_of(tx, target, "update")
-    call_container_method(tx, items, "update", list(args), kwargs)
 
 
 # ---------------------------------------------------------------- dict subclasses from outside
@@ -431,7 +337,7 @@ def rebuild_instance(cls: type, items: list | None, attrs: dict) -> Any:
     if items is not None:
         base = _DICT_BASE_OF.get(cls)
         if base is None:
-            base = _DICT_BASE_OF[cls] = next(b for b in cls.__mro__ if b in _DICT_BASES)
+            base = _DICT_BASE_OF[cls] = next(b for b in cls.__mro__ if b in DICT_BASES)
         for key, value in items:
             base.__setitem__(obj, key, value)
     for name, value in attrs.items():

@@ -15,10 +15,11 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from . import autocast, objects, tensor_ops
+from . import autocast, modules, objects, tensor_ops
 from . import values as V
 from . import numpy_functions, numpy_ops  # numpy
 from .numpy_values import NdarrayValue  # numpy
+from .session import is_library_module
 from .sources import AttrSource, ItemSource
 
 
@@ -79,7 +80,7 @@ def truthiness(tx: Any, value: V.Value) -> bool:
     if isinstance(value, V.ConstantValue):
         return bool(value.value)
     if objects.is_object_like(value):
-        return objects.truthiness(tx, value)
+        return objects.truthiness(tx, value, truthiness)
     if isinstance(value, V.ModuleValue):
         if hasattr(type(value.obj), "__len__"):
             return bool(len(value.obj))
@@ -179,7 +180,7 @@ def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
 
 def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
     if objects.is_object_like(container):
-        return objects.contains(tx, container, item)
+        return objects.contains(tx, container, item, contains, truthiness)
     if isinstance(container, V.DictValue):
         return _constant(tx, item, "in") in container.items
     if isinstance(container, V.SetValue):
@@ -228,12 +229,11 @@ def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
             raise user_error(tx.session, f"KeyError {key!r}")
         return obj.items[key]
     if isinstance(obj, V.ModuleValue):
-        from .modules import module_get_item
-        return module_get_item(tx, obj, _constant(tx, index, "[]"))
+        return modules.module_get_item(tx, obj, _constant(tx, index, "[]"))
     if isinstance(obj, V.ConstantValue):
         return python_result(obj.value[_constant(tx, index, "[]")])
     if objects.is_object_like(obj):
-        result = objects.get_item(tx, obj, index)
+        result = objects.get_item(tx, obj, index, get_item)
         if result is not None:
             return result
     if isinstance(obj, V.UserObjectValue) and obj.source is not None:
@@ -328,10 +328,9 @@ def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
             raise tx.unsupported("iterating over a 0-d tensor")
         return V.IteratorValue([get_item(tx, value, V.ConstantValue(i)) for i in range(value.meta.shape[0])])
     if objects.is_object_like(value):
-        return objects.get_iter(tx, value)
+        return objects.get_iter(tx, value, get_iter)
     if isinstance(value, V.ModuleValue):
-        from .modules import module_iter
-        return V.IteratorValue(module_iter(tx, value))
+        return V.IteratorValue(modules.module_iter(tx, value))
     if isinstance(value, V.ConstantValue) and isinstance(value.value, range) and len(value.value) > MAX_LAZY_ITEMS:
         numbers = iter(value.value)  # a huge range that a loop leaves early: not materialized
         return V.LazyIteratorValue(lambda: python_result(next(numbers)) if numbers.__length_hint__() else None)
@@ -356,8 +355,7 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
     if isinstance(obj, V.TensorValue):
         return tensor_ops.tensor_attribute(session, obj, name)
     if isinstance(obj, V.ModuleValue):
-        from .modules import module_get_attr
-        return module_get_attr(tx, obj, name)
+        return modules.module_get_attr(tx, obj, name)
     if isinstance(obj, V.SuperValue):
         return _super_attr(tx, obj, name)
     if isinstance(obj, objects.InstanceValue):
@@ -399,7 +397,6 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
 
 
 def _object_attr(tx: Any, obj: V.ObjectValue, name: str) -> V.Value:
-    from .session import is_library_module
     session = tx.session
     target = obj.obj
     try:
@@ -427,8 +424,7 @@ def _class_attribute(tx: Any, obj: V.Value, cls: type, name: str, instance: Any 
     except AttributeError:
         static = None
     if isinstance(static, property):
-        from .calls import call
-        return call(tx, V.ObjectValue(static.fget), [obj], {})
+        return tx.call(V.ObjectValue(static.fget), [obj], {})
     if isinstance(static, types.FunctionType):
         if instance is not None and name in getattr(instance, "__dict__", {}):
             pass
@@ -464,8 +460,7 @@ def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
             if isinstance(attr, types.FunctionType):
                 return V.BoundMethodValue(V.ObjectValue(attr), self_value)
             if isinstance(attr, property):
-                from .calls import call
-                return call(tx, V.ObjectValue(attr.fget), [self_value], {})
+                return tx.call(V.ObjectValue(attr.fget), [self_value], {})
             if isinstance(attr, (staticmethod, classmethod)):
                 return objects.bind_class_attribute(tx, attr, self_value, instance_type)
             if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)) or \
