@@ -200,6 +200,8 @@ def render_op(node: Op, args: list[str]) -> str:
         template = (_UNARY_FLOAT if is_float else _UNARY_INT).get(name)
         if template is None and not is_float and name in _UNARY_FLOAT:
             template = _UNARY_FLOAT[name].replace("{0}", "{0}.to(tl.float64)")
+        if template is not None and (not is_float or operand_dtype == torch.float64):
+            template = template.replace("tl.sqrt_rn(", "tl.sqrt(")   # sqrt_rn is fp32 only; fp64 sqrt is exact
     if template is None:
         raise CompileError(f"no Triton rendering for {name} on {operand_dtype}", stage="codegen", op=name)
     bits = operand_dtype.itemsize * 8 if not is_float else 0

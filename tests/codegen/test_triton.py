@@ -162,7 +162,7 @@ def test_broadcast_noncontiguous_and_views():
     check(b.build(outs), [tv, sv, rv, ov], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_float_ops(dtype):
     torch.manual_seed(0)
     xv = t(torch.randn(7, 33).to(dtype))
