@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "fuzz"))
 
 def backend_for(seed: int, backend: str) -> str:
     if backend == "mixed":
-        return "ember" if seed % 4 == 3 else "eager"
+        return "ember" if seed % 8 == 3 else "eager"
     return backend
 
 
