@@ -5,6 +5,10 @@ are inlined; ``torch.*`` / ``torch.nn.functional.*`` / ``torch.Tensor`` methods
 and operators on tensors are recorded; builtins are evaluated symbolically
 (``builtins.py``); nn.Modules go through ``modules.py``; dataclasses and
 namedtuples are built as Values; anything else is Unsupported.
+
+This is the top of the dispatch layer (``IMPORT_LAYERS`` in __init__.py): the one
+module that imports every kind of callee's module.  The modules below it call
+Python code through ``tx.call`` (the translator delegates to ``call`` here).
 """
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 The interpreter calls these with the translator ``tx`` (for the session, the
 current line and inlining).  Python values known exactly are computed with
 Python itself; tensors are recorded through ``tensor_ops``; anything else is
-Unsupported with a reason.
+Unsupported with a reason.  Instances of Python classes go to objects.py, which is
+handed the generic operation to apply to what their dunder methods return;
+properties run through ``tx.call`` (calls.py sits above this module).
 """
 from __future__ import annotations
 
