@@ -218,7 +218,8 @@ class _Gen:
     def tcond(self) -> str:
         a = self.texpr(1)
         return self.r.choice([f"{a}.sum() > 0", f"{a}.mean() < 0.1", f"({a} > 0).any()", f"{a}.max() > 0.5",
-                              f"({a}.abs() < 2).all()"])
+                              f"({a}.abs() < 2).all()", f"-1 < {a}.sum() < 3",
+                              f"{a}.sum() > 0 and flag", f"not ({a} > 0).all()"])
 
     def pycond(self, loop_vars: list[str]) -> str:
         options = ["flag", "not flag", f"{self.s()} > 0", "len(acc) > 1", "len(items) > 2"]
@@ -289,7 +290,7 @@ class _Gen:
 
     def st_break(self, indent: int, ctx: dict) -> None:
         r = self.r
-        kind = r.randrange(29)
+        kind = r.randrange(31)
         a = self.t()
         if kind == 0:
             self.emit(indent, f"print('shape', {a}.shape, {self.texpr(1)}.shape[0])")
@@ -395,6 +396,13 @@ class _Gen:
         elif kind == 26 and self.mutate_inputs:   # augmented assignment: in place on a possibly aliased local
             target = r.choice(self.tensors)
             self.emit(indent, f"{target} {r.choice(['+=', '*=', '-='])} {self.t()}.sigmoid().mean().item()")
+        elif kind == 29 and self.mutate_inputs:   # index computed from data, input written in place
+            self.emit(indent, f"{r.choice(['x', 'y'])}[int({self.t()}.argmax()) % x.shape[0]] = {self.s()}")
+        elif kind == 30:   # grad mode switched inside a block
+            self.emit(indent, "with torch.enable_grad():")
+            target = self.assign_target(indent + 1)
+            self.emit(indent + 1, f"{target} = {self.texpr(1)}")
+            self.emit(indent + 1, f"print('grad', torch.is_grad_enabled(), {target}.requires_grad)")
         elif kind == 27:   # assert on tensor data
             self.emit(indent, f"assert {self.t()}.abs().sum() >= 0, 'never'")
         else:
@@ -492,6 +500,8 @@ class _Gen:
             self.emit(indent + 1, f"print('caught', {e})")
             if r.random() < 0.5:
                 self.block(indent + 1, 1, ctx)
+            if r.random() < 0.15:
+                self.emit(indent + 1, "raise")   # re-raised after a break in the handler
         if kind in (1, 2):
             self.emit(indent, "finally:")
             self.emit(indent + 1, "acc.append('finally')")
