@@ -55,6 +55,9 @@ def _compile_state_queries() -> dict[Any, Any]:
         ("torch.compiler", "is_exporting", False), ("torch._utils", "is_compiling", True),
         ("torch._jit_internal", "is_scripting", False), ("torch._C", "_get_tracing_state", None),
         ("torch._C", "_is_tracing", False),
+        # nn.Transformer*/MultiheadAttention's fused inference kernels have no meta kernel in every
+        # torch version: capture takes their composite path, the same math, fusible
+        ("torch.backends.mha", "get_fastpath_enabled", False),
     ]:
         module = sys.modules.get(owner)
         fn = getattr(module, name, None) if module is not None else None

@@ -27,9 +27,10 @@ from . import calls
 from . import operations as ops
 from . import values as V
 from .autocast import AutocastValue
-from .values import RealCell
 from .breaks import StopCapture
-from .sources import AttrSource, cell_source, global_source
+from .resume import cell_name
+from .sources import AttrSource, LocalSource, cell_source, global_source
+from .values import RealCell
 
 PY312 = sys.version_info >= (3, 12)
 MAX_INLINE_DEPTH = 48
@@ -238,9 +239,9 @@ class InstructionTranslator:
 
     def STORE_FAST(self, inst):
         value = self.pop()
-        if inst.argval in self.code.co_cellvars or inst.argval in self.code.co_freevars:
-            # only a continuation's prologue does this: the cell object of a cell variable, passed
-            # in as an argument, goes into its slot (resume.py)
+        if isinstance(value.source, LocalSource) and value.source.local_name == cell_name(inst.argval):
+            # a continuation's prologue: the cell object of a cell or free variable, passed in as
+            # the argument __cell_<name>, goes into its slot (resume.py)
             self.cells[inst.argval] = RealCell(value.obj, inst.argval, cell_source=value.source)
         elif value is V.NULL:  # restoring a comprehension variable that was unset (3.12)
             self.locals.pop(inst.argval, None)

@@ -320,12 +320,19 @@ def _check_devices(op_name: str, inputs: list[V.TensorValue], device: torch.devi
     if op_name in _CROSS_DEVICE_OPS or len(inputs) < 2:
         return
     # CPU 0-dim tensors mix with any device in eager (they are read as scalars)
-    devices = {t.meta.device for t in inputs if not (t.meta.device.type == "cpu" and t.meta.ndim == 0)}
+    devices = {_indexed(t.meta.device) for t in inputs if not (t.meta.device.type == "cpu" and t.meta.ndim == 0)}
     if len(devices) > 1:
         failure = Unsupported(f"{op_name} on tensors on different devices "
                               f"({', '.join(sorted(str(d) for d in devices))})", line)
         failure.eager_may_raise = True
         raise failure
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``cuda`` is the current CUDA device: ``cuda`` and ``cuda:0`` are one device to eager."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _note_mutation(session: Any, value: V.TensorValue) -> None:
