@@ -9,6 +9,8 @@ Variants of one 8-block MLP-mixer-like model (Linear, GELU, LayerNorm, residual)
   item    `if h.abs().max().item() > 1e4:` after block 4 (an .item()-driven branch; syncs the GPU)
 Prints per variant: graphs/breaks (ember.explain), eager ms, ember ms, ember/eager speedup, the time
 relative to ember's plain variant, and the max error against eager.  Ratios come from one run.
+Then the host cost of a break: microseconds per call of a 3-op function on 16 elements, with and
+without a print in the middle (guards of two entries, the runner, the continuation call).
 """
 from __future__ import annotations
 
@@ -105,6 +107,34 @@ def main() -> None:
         print(f"{variant:6s} graphs={report.graph_count} breaks={report.break_count} eager={eager_ms:8.3f} ms "
               f"ember={ember_ms:8.3f} ms speedup={eager_ms / ember_ms:5.2f}x vs_plain={ember_ms / plain_ms:5.3f} "
               f"max_err={error:.3g}", flush=True)
+    host_cost(device)
+
+
+def host_cost(device: str, calls: int = 2000) -> None:
+    sink = io.StringIO()
+
+    def plain(x):
+        y = x.sin() * 2
+        return y.cos() + 1
+
+    def with_break(x):
+        y = x.sin() * 2
+        print("y", file=sink)
+        return y.cos() + 1
+    x = torch.randn(16, device=device)
+    for fn in (plain, with_break):
+        compiled = ember.compile(fn)
+        per_call = []
+        for run in (compiled, fn):
+            for _ in range(20):
+                run(x)
+            start = time.perf_counter()
+            for _ in range(calls):
+                run(x)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            per_call.append((time.perf_counter() - start) / calls * 1e6)
+        print(f"host cost {fn.__name__:10s}: ember {per_call[0]:6.1f} us/call, eager {per_call[1]:6.1f} us/call")
 
 
 if __name__ == "__main__":
