@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from . import calls
 from . import values as V
 from .interpreter import CO_VARARGS, CO_VARKEYWORDS, InstructionTranslator
 from .modules import call_module
@@ -119,14 +118,9 @@ class RootContext:
     def unsupported(self, reason: str, hint: str = "") -> Unsupported:
         return Unsupported(reason, self.session.current_line(), hint)
 
-    def call(self, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
-        return calls.call(self, callee, args, kwargs)
-
-    def inline_code(self, code: types.CodeType, globals_dict: dict, local_values: dict[str, V.Value],
-                    cells: dict[str, Any], name: str) -> V.Value:
-        child = InstructionTranslator(self.session, code, globals_dict, local_values, cells, depth=self.depth + 1,
-                                      function_name=name)
-        return child.run()
+    # the same ways back up to the dispatcher as a translator's (they use only .session and .depth)
+    call = InstructionTranslator.call
+    inline_code = InstructionTranslator.inline_code
 
 
 def capture_frame(spec: FrameSpec, L: dict[str, Any], session: CaptureSession) -> V.Value:
