@@ -162,6 +162,9 @@ class InstructionTranslator:
         if is_frame:
             session.root_translator = self
         stop_at = session.stop_at if is_frame else None
+        # stopped at the break: grad-mode blocks still open stay open, the runner makes their __exit__;
+        # autocast blocks are left (their real __exit__ replayed) and the runner enters them again
+        suspended = False
         try:
             index = 0
             while True:
@@ -170,6 +173,7 @@ class InstructionTranslator:
                 if is_frame:
                     visits = self.visits[inst.offset] = self.visits.get(inst.offset, 0) + 1
                     if stop_at is not None and stop_at == (inst.offset, visits):
+                        suspended = True
                         raise StopCapture(self)
                 if inst.positions is not None and inst.positions.lineno is not None:
                     self.lineno = inst.positions.lineno
@@ -192,8 +196,9 @@ class InstructionTranslator:
                 index = self.index_of_offset[jump] if jump is not None else index + 1
         finally:
             session.line_stack.pop()
-            for context in reversed(self.active_contexts):  # an exit we never reached (break)
-                ops.exit_context(self, context)
+            for context in reversed(self.active_contexts):  # an exit never reached
+                if not (suspended and isinstance(context, V.GradModeValue)):
+                    ops.exit_context(self, context)
 
     def jump_target(self, inst: dis.Instruction) -> int:
         return inst.argval

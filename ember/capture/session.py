@@ -264,9 +264,12 @@ def _bound_method_value(session: CaptureSession, value: Any, source: Source) -> 
         return V.ContainerMethodValue(value.__name__, owner_value)
     if isinstance(value, types.MethodType) and isinstance(owner, _GRAD_MODE_MANAGERS) \
             and value.__func__.__name__ == "__exit__":
+        enabled = owner.mode if isinstance(owner, torch.set_grad_enabled) else isinstance(owner, torch.enable_grad)
         session.guards.add(source, "type({v}.__self__) is {cls} and {v}.__func__.__name__ == '__exit__' "
                                    "and {v}.__self__.prev is {prev}", cls=type(owner), prev=owner.prev)
-        manager = V.GradModeValue(session.grad_enabled)
+        if isinstance(owner, torch.set_grad_enabled):
+            session.guards.add(source, "{v}.__self__.mode is {mode}", mode=owner.mode)
+        manager = V.GradModeValue(enabled)
         manager.previous = bool(owner.prev)
         return V.ContextExitValue(manager)
     if isinstance(value, types.MethodType) and isinstance(owner, torch.autocast) \
@@ -289,11 +292,12 @@ def make_function(code: types.CodeType, globals_dict: dict, defaults: tuple, kwd
     return function
 
 
-def enter_grad_mode(enabled: bool) -> Any:
-    """A real grad-mode block entered at a graph break inside ``with no_grad():`` (and the like);
-    the continuation's ``with`` exit calls the returned ``__exit__``, which restores the mode before."""
-    manager = torch.set_grad_enabled(enabled)   # sets the mode now and remembers the previous one
-    manager.__enter__()
+def grad_mode_exit(enabled: bool, previous: bool) -> Any:
+    """The ``__exit__`` of a grad-mode block still open at a graph break (``with no_grad():`` and the
+    like), for the continuation's ``with`` exit: it restores ``previous``, the mode before the block.
+    Making it does not change the mode; the runner sets the mode of the break itself."""
+    manager = torch.set_grad_enabled.__new__(torch.set_grad_enabled)
+    manager.mode, manager.prev = enabled, previous
     return manager.__exit__
 
 
@@ -400,8 +404,10 @@ class EpilogueBuilder:
         if isinstance(value, (V.TensorMethodValue, V.ContainerMethodValue)):
             return f"{self.expr(value.self_value)}.{value.name}"
         if isinstance(value, V.ContextExitValue) and isinstance(value.manager, V.GradModeValue):
-            enter = self.namespace.bind(enter_grad_mode, "enter_grad_mode")
-            return self._once(value, lambda: f"{enter}({value.manager.enabled})")
+            manager = value.manager
+            make_exit = self.namespace.bind(grad_mode_exit, "grad_mode_exit")
+            previous = self.session.grad_enabled if manager.previous is None else manager.previous
+            return self._once(value, lambda: f"{make_exit}({manager.enabled}, {previous})")
         if isinstance(value, V.ContextExitValue) and isinstance(value.manager, autocast.AutocastValue):
             manager = value.manager
             enter = self.namespace.bind(autocast.enter_real_block, "enter_autocast")
@@ -447,8 +453,9 @@ class EpilogueBuilder:
 
     def grad_mode_statements(self) -> list[str]:
         """The frame leaves grad mode changed (a continuation that exits a ``with no_grad():`` begun
-        before a graph break): the compiled graph does not change the global mode, this does.  It
-        comes first: a break's runner then enters the blocks still open, from this mode."""
+        before a graph break): the compiled graph does not change the global mode, this does.  A break's
+        runner also rebuilds the ``__exit__`` of the blocks still open (``grad_mode_exit``), which
+        leaves the mode as this sets it."""
         if self.session.grad_enabled != self.session.entry_grad_enabled:
             return [f"torch._C._set_grad_enabled({self.session.grad_enabled})"]
         return []

@@ -523,6 +523,58 @@ def test_second_break_inside_a_no_grad_block_keeps_the_mode():
         assert_same(got[0], expected[0])
 
 
+GRAD_BLOCKS = {"no_grad": torch.no_grad, "enable_grad": torch.enable_grad,
+               "set_false": lambda: torch.set_grad_enabled(False), "set_true": lambda: torch.set_grad_enabled(True)}
+BREAKS = {
+    "print": lambda t: print("mode", torch.is_grad_enabled()),
+    "item": lambda t: t.sum().item(),
+    "branch": lambda t: print("positive") if (t > -10).all() else None,
+}
+
+
+@pytest.mark.parametrize("outer", GRAD_BLOCKS)
+@pytest.mark.parametrize("inner", GRAD_BLOCKS)
+@pytest.mark.parametrize("where", ["inner", "after_inner", "both"])
+@pytest.mark.parametrize("kind", BREAKS)
+@pytest.mark.parametrize("entry_grad", [True, False])
+def test_nested_grad_blocks_around_a_break(outer, inner, where, kind, entry_grad):
+    """Every pair of nested grad-mode blocks, with a break inside the inner one, between the two exits, or
+    both: the mode of every op (seen as requires_grad) and the mode after each exit are eager's."""
+    make_outer, make_inner, breaking = GRAD_BLOCKS[outer], GRAD_BLOCKS[inner], BREAKS[kind]
+
+    def fn(x):
+        modes = []
+        with make_outer():
+            a = x * 2
+            with make_inner():
+                b = x * 3
+                if where in ("inner", "both"):
+                    breaking(b)
+                c = b + a
+                modes.append(torch.is_grad_enabled())
+            modes.append(torch.is_grad_enabled())
+            if where in ("after_inner", "both"):
+                breaking(c)
+            d = c * x
+            modes.append(torch.is_grad_enabled())
+        return a, b, c, d, d + x, modes, torch.is_grad_enabled()
+
+    compiled = ember.compile(fn)
+    with torch.set_grad_enabled(entry_grad):
+        for value in (1.0, 2.0):
+            x = torch.full((3,), value, requires_grad=True)
+            with contextlib.redirect_stdout(io.StringIO()) as eager_text:
+                expected = fn(x)
+            with contextlib.redirect_stdout(io.StringIO()) as compiled_text:
+                got = compiled(x)
+            assert torch.is_grad_enabled() == entry_grad
+            assert compiled_text.getvalue() == eager_text.getvalue()
+            assert got[5:] == expected[5:]
+            assert [t.requires_grad for t in got[:5]] == [t.requires_grad for t in expected[:5]]
+            for g, e in zip(got[:5], expected[:5]):
+                assert_same(g.detach(), e.detach())
+
+
 def test_break_inside_an_autocast_block():
     def fn(x, w):
         with torch.autocast("cpu", dtype=torch.bfloat16):
