@@ -38,6 +38,9 @@ class Joint:
     differentiable_outputs: list[int]  # forward output positions that get a tangent
     num_forward_outputs: int
     grad_inputs: list[int]            # placeholder positions that get a gradient (joint outputs after the forward's)
+    # for each of grad_inputs: the tangents (indices into `tangents`) it is reached from; when autograd
+    # hands none of them, eager leaves that input's .grad alone (None), not zeros
+    grad_sources: list[frozenset[int]] = dataclasses.field(default_factory=list)
 
 
 def differentiable_meta(meta: Any) -> bool:
@@ -129,7 +132,10 @@ def build_joint(prim_graph: Graph) -> Joint:
         if isinstance(value, Node):
             value.users[graph.output_node] = None
     graph.eliminate_dead_code(lambda node: False)
-    return Joint(graph, primals, tangents, diff_outputs, len(forward_outputs), grad_inputs)
+    reached = [_ancestors([outputs[i]]) for i in diff_outputs]
+    grad_sources = [frozenset(k for k, ancestors in enumerate(reached) if primals[i] in ancestors)
+                    for i in grad_inputs]
+    return Joint(graph, primals, tangents, diff_outputs, len(forward_outputs), grad_inputs, grad_sources)
 
 
 def _ancestors(values: list[Node]) -> set[Node]:

@@ -94,6 +94,7 @@ class _Layout:
     num_forward_outputs: int
     num_user_outputs: int
     grad_inputs: list[int]          # placeholder positions that get gradients, in order
+    grad_sources: list[frozenset[int]]  # for each of those: the tangents that reach it
     num_inputs: int
     constants: dict[int, Any]       # outputs that are Python values
     alias_metas: dict[int, TensorMeta]  # outputs that eager returns as views of inputs: their layout
@@ -190,6 +191,7 @@ def _layout(prim_graph: Graph, joint: Joint) -> _Layout:
         num_forward_outputs=len(outputs),
         num_user_outputs=extra.get("num_user_outputs", len(outputs)),
         grad_inputs=joint.grad_inputs,
+        grad_sources=joint.grad_sources,
         num_inputs=len(joint.primals),
         constants={i: v for i, v in enumerate(outputs) if not isinstance(v, Node)},
         alias_metas={i: outputs[i].meta for i in extra.get("output_aliases", {})
@@ -232,6 +234,7 @@ class _CompiledFunction(torch.autograd.Function):
         results = step.forward(*inputs)
         saved = results[layout.num_forward_outputs:]
         ctx.step = step
+        ctx.set_materialize_grads(False)    # an output nobody differentiated: None, see backward
         ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
         ctx.saved_others = [(i, s) for i, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
         ctx.input_refs = [_reference(x) for x in inputs]
@@ -245,6 +248,9 @@ class _CompiledFunction(torch.autograd.Function):
     def backward(ctx: Any, *grads: Any) -> tuple:
         step: TrainingStep = ctx.step
         layout = step.layout
+        tangents = [grads[slot] for slot in layout.tangent_slots]
+        if all(t is None for t in tangents):
+            return (None,) * (layout.num_inputs + 1)
         if torch.is_grad_enabled():     # create_graph=True: differentiate the eager graph instead
             return (None, *_double_backward(ctx, grads))
         saved = list(ctx.saved_tensors)     # raises if one was modified in place, or already freed
@@ -257,16 +263,32 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.maybe_clear_saved_tensors()
         arguments = [_in_layout(value, meta) for value, meta in zip(saved, step.saved_metas)]
         del saved
-        arguments += [grads[slot].contiguous() for slot in layout.tangent_slots]
+        arguments += [_tangent(value, placeholder.meta)
+                      for value, placeholder in zip(tangents, step.backward_graph.placeholders[step.num_saved:])]
+        del tangents
         if torch.is_autocast_enabled(step.device):     # the graph holds its casts already
             with torch.autocast(step.device, enabled=False):
                 input_grads = backward(arguments)
         else:
             input_grads = backward(arguments)
-        result: list[Any] = [None] * layout.num_inputs
-        for position, grad in zip(layout.grad_inputs, input_grads):
+        return (None, *_input_grads(layout, input_grads, grads))
+
+
+def _tangent(value: torch.Tensor | None, meta: TensorMeta) -> torch.Tensor:
+    """A tangent for the compiled backward: zeros for an output autograd did not differentiate."""
+    if value is None:
+        return torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
+    return value.contiguous()
+
+
+def _input_grads(layout: _Layout, input_grads: Any, grads: tuple) -> list[Any]:
+    """The Function's gradients, in input order: None where eager's would be, for inputs not
+    requiring grad and for inputs reached only from outputs that got no gradient."""
+    result: list[Any] = [None] * layout.num_inputs
+    for position, grad, sources in zip(layout.grad_inputs, input_grads, layout.grad_sources):
+        if any(grads[layout.tangent_slots[k]] is not None for k in sources):
             result[position] = grad
-        return (None, *result)
+    return result
 
 
 def _reference(value: Any) -> Any:
@@ -306,11 +328,9 @@ def _double_backward(ctx: Any, grads: tuple) -> list[Any]:
     replay = [x.clone() if i in written and isinstance(x, torch.Tensor) else x for i, x in enumerate(inputs)]
     with torch.enable_grad():
         outputs = step.eager_graph()(*replay)
-        pairs = [(outputs[layout.returned[slot]], grads[slot]) for slot in layout.tangent_slots]
+        pairs = [(outputs[layout.returned[slot]], grads[slot]) for slot in layout.tangent_slots
+                 if grads[slot] is not None]
         wanted = [replay[p] for p in layout.grad_inputs]
         input_grads = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                           create_graph=True, allow_unused=True)
-    result: list[Any] = [None] * layout.num_inputs
-    for position, grad in zip(layout.grad_inputs, input_grads):
-        result[position] = grad
-    return result
+    return _input_grads(layout, input_grads, grads)

@@ -445,6 +445,54 @@ def test_autocast_fp16_with_grad_scaler():
 
 
 # ------------------------------------------------------------------ double backward
+# each input reaches some outputs (x: a and b; y: b; z: c and, through detach, d; w: nothing)
+def _three_outputs(x, y, z, w):
+    t = x * 2
+    return t.sin(), t * y, z.exp(), (z * 3).detach()
+
+
+@pytest.mark.parametrize("chosen", [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2), (3,)])
+@pytest.mark.parametrize("how", ["backward", "autograd.grad"])
+def test_gradients_of_inputs_not_reached_stay_none(chosen, how):
+    """Backward from every subset of the outputs: an input that no chosen output depends on keeps
+    .grad None (an optimizer then skips it), as eager; the others get eager's gradients."""
+    inputs = [leaf(3), leaf(3), leaf(3), leaf(3)]
+    compiled = compile_strict(_three_outputs)
+    grads = {}
+    for name, fn in (("eager", _three_outputs), ("ember", compiled)):
+        args = clone_inputs(inputs)
+        outputs = fn(*args)
+        picked = [outputs[i] for i in chosen if outputs[i].requires_grad]
+        if not picked:      # only the detached output: nothing to differentiate, in both
+            assert name == "eager" or grads["eager"] is None
+            grads[name] = None
+            continue
+        loss = sum((o * (k + 1)).sum() for k, o in enumerate(picked))
+        if how == "backward":
+            loss.backward()
+            grads[name] = [a.grad for a in args]
+        else:
+            grads[name] = list(torch.autograd.grad(loss, args, allow_unused=True))
+    assert_compiled()
+    if grads["eager"] is not None:
+        assert [g is None for g in grads["ember"]] == [g is None for g in grads["eager"]]
+        assert_close(grads["ember"], grads["eager"], "gradients")
+
+
+def test_second_backward_through_other_outputs_accumulates_like_eager():
+    """retain_graph, then backward through another output: each input accumulates only what reaches it."""
+    inputs = [leaf(3), leaf(3), leaf(3), leaf(3)]
+    results = {}
+    for name, fn in (("eager", _three_outputs), ("ember", compile_strict(_three_outputs))):
+        args = clone_inputs(inputs)
+        a, b, c, _ = fn(*args)
+        c.sum().backward(retain_graph=True)
+        after_first = [None if t.grad is None else t.grad.clone() for t in args]
+        (a.sum() + b.sum()).backward()
+        results[name] = (after_first, [t.grad for t in args])
+    assert_close(results["ember"], results["eager"], "gradients after each backward")
+
+
 def test_double_backward_create_graph():
     """grad(create_graph=True) then a second grad: equal to eager, or a clear error, never wrong.
     Plain "ember" backend: running this graph eagerly is acceptable."""
