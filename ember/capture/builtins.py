@@ -230,11 +230,30 @@ def _reduce_builtin(fn: Callable) -> Callable:
                 return result
             return python_result(sum([v.as_python() for v in items], start.as_python()))
         items = unpack(tx, args[0]) if len(args) == 1 else list(args)
+        if "key" in kwargs and not ops_is_none(kwargs["key"]):
+            return _extreme_by_key(tx, fn, items, kwargs)
         if tensor_ops.contains_tensor(items):
             raise tx.unsupported(f"{fn.__name__}() over tensors is data-dependent", "use torch.maximum/minimum")
         extra = {k: v.as_python() for k, v in kwargs.items()}
         return python_result(fn([v.as_python() for v in items], **extra))
     return handler
+
+
+def _extreme_by_key(tx, fn: Callable, items: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """min/max(..., key=f): the first item whose key is smallest/largest, as the builtins pick;
+    the items themselves (tensors too) are not compared."""
+    if set(kwargs) - {"key", "default"}:
+        raise tx.unsupported(f"{fn.__name__}() with {sorted(kwargs)}")
+    if not items:
+        if "default" in kwargs:
+            return kwargs["default"]
+        raise user_error(tx.session, f"{fn.__name__}() of an empty sequence")
+    keys = _sort_keys(tx, items, kwargs["key"], f"{fn.__name__}()")
+    try:
+        index = fn(range(len(keys)), key=keys.__getitem__)
+    except TypeError as error:
+        raise user_error(tx.session, f"{fn.__name__}(): {error}") from None
+    return items[index]
 
 
 def _abs(tx, args, kwargs):
@@ -373,11 +392,42 @@ def _filter(tx, args, kwargs):
     return V.IteratorValue([v for v in items if truthiness(tx, tx.call(args[0], [v], {}))])
 
 
+def _sort_keys(tx, items: list[V.Value], key: V.Value | None, what: str) -> list[Any]:
+    """The Python key of each item: the item itself, or ``key(item)`` called through the translator
+    (a user function runs once per item, in order, as eager runs it).  Keys must be Python constants:
+    the order is then decided now, and the items themselves (tensors too) are only moved."""
+    if key is None or ops_is_none(key):
+        keys = items
+    else:
+        keys = [tx.call(key, [item], {}) for item in items]
+    try:
+        return [k.as_python() for k in keys]
+    except Unsupported:
+        raise tx.unsupported(f"{what} on keys that are not Python constants") from None
+
+
+def _sorted_order(tx, keys: list[Any], reverse: bool, what: str) -> list[int]:
+    """Indices in sorted order: stable, as sorted() is (reverse keeps equal keys in their order)."""
+    try:
+        return sorted(range(len(keys)), key=keys.__getitem__, reverse=reverse)
+    except TypeError as error:  # eager raises it: the frame runs eagerly
+        raise user_error(tx.session, f"{what}: {error}") from None
+
+
+def _sort_items(tx, items: list[V.Value], kwargs: dict[str, V.Value], what: str) -> list[V.Value]:
+    if set(kwargs) - {"key", "reverse"}:
+        raise tx.unsupported(f"{what} with {sorted(kwargs)}")
+    reverse = kwargs.get("reverse", V.ConstantValue(False))
+    if not reverse.is_python_constant():
+        raise tx.unsupported(f"{what} with a symbolic reverse=")
+    keys = _sort_keys(tx, items, kwargs.get("key"), what)
+    return [items[i] for i in _sorted_order(tx, keys, bool(reverse.as_python()), what)]
+
+
 def _sorted(tx, args, kwargs):
-    if set(kwargs) - {"reverse"}:
-        raise tx.unsupported("sorted() with key=")
-    values = [v.as_python() for v in unpack(tx, args[0])]
-    return python_result(sorted(values, reverse=kwargs["reverse"].as_python() if kwargs else False))
+    if len(args) != 1:
+        raise tx.unsupported("sorted() takes one positional argument")
+    return V.ListValue(_sort_items(tx, unpack(tx, args[0]), kwargs, "sorted()"))
 
 
 def ops_is_none(value: V.Value) -> bool:
@@ -478,9 +528,9 @@ def _list_method(tx: Any, obj: V.ListValue, name: str, args: list[V.Value], kwar
         return V.ListValue(list(items))
     elif name in ("index", "count", "remove", "sort"):
         if name == "sort":
-            python = sorted((v.as_python() for v in items), reverse=kwargs.get("reverse", V.ConstantValue(
-                False)).as_python())
-            obj.items[:] = [python_result(v) for v in python]
+            if args:
+                raise user_error(tx.session, "list.sort() takes no positional arguments")
+            obj.items[:] = _sort_items(tx, list(items), kwargs, "list.sort()")
             return V.NONE
         matches = [i for i, v in enumerate(items) if is_same(tx, v, args[0]) or (
             v.is_python_constant() and args[0].is_python_constant() and v.as_python() == args[0].as_python())]

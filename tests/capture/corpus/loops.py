@@ -46,14 +46,36 @@ def zip_and_enumerate(xs, weights):
     return total
 
 
-@program(call([randn(2), randn(2), randn(2)]), call([randn(3)]), call([randn(1), randn(1)]), graphs=1, breaks=0,
-         count_bug="sorted(..., key=lambda) of Python ints breaks capture")
+@program(call([randn(2), randn(2), randn(2)]), call([randn(3)]), call([randn(1), randn(1)]), graphs=1, breaks=0)
 def reversed_and_sorted(xs):
     out = []
     for t in reversed(xs):
         out.append(t * len(out))
     order = sorted(range(len(xs)), key=lambda i: -i)
     return out, [xs[i] + 1 for i in order]
+
+
+def _size(t):
+    return t.shape[0]
+
+
+@program(call([randn(2), randn(4), randn(3)], [3, 1, 2]), call([randn(1), randn(1), randn(5)], [0, 0, 7]),
+         call([randn(3)], [4]), graphs=1, breaks=0)
+def key_functions_on_sort_min_max(xs, ns):
+    seen = []
+
+    def logged(n):
+        seen.append(n)
+        return (n - 1) ** 2
+
+    longest = max(xs, key=_size)          # ties: the first one, as max picks
+    shortest = min(xs, key=lambda t: t.shape[0])
+    by_size = sorted(xs, key=_size, reverse=True)
+    ordered = list(ns)
+    ordered.sort(key=logged)
+    ns.sort(reverse=True)
+    closest = min(ns, key=logged, default=None)
+    return longest * 2, shortest + 1, by_size, ordered, ns, closest, seen, max([], key=len, default=-1)
 
 
 @program(call(randn(4), 10), call(randn(4), 3), call(randn(4), 0), call(randn(2), 7), graphs=1, breaks=0)
