@@ -223,7 +223,8 @@ def _reduce_builtin(fn: Callable) -> Callable:
         if fn is sum:
             items = unpack(tx, args[0])
             start = args[1] if len(args) > 1 else kwargs.get("start", V.ConstantValue(0))
-            if tensor_ops.contains_tensor(items + [start]):
+            if tensor_ops.contains_tensor(items + [start]) or \
+                    any(objects.has_python_operators(v) for v in items + [start]):
                 result = start
                 for item in items:
                     result = operations.binary_op(tx, "+", result, item)
@@ -257,6 +258,8 @@ def _extreme_by_key(tx, fn: Callable, items: list[V.Value], kwargs: dict[str, V.
 
 
 def _abs(tx, args, kwargs):
+    if objects.has_python_operators(args[0]):
+        return operations.unary_op(tx, "abs", args[0])
     if isinstance(args[0], V.TensorValue):
         return tensor_ops.record_call(tx.session, torch.abs, args, {})
     return call_builtin_pure(tx, abs, args, kwargs)

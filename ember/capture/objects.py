@@ -272,6 +272,126 @@ def length(tx: Any, obj: V.Value) -> int:
     raise tx.unsupported(f"len() of {obj.describe()}")
 
 
+# ---------------------------------------------------------------- operators (+, -, ==, <, unary -)
+# Python's protocol, as CPython's binary_op1 / do_richcompare run it: the left operand's method, then
+# the right operand's reflected one (first instead, when the right type is a subclass of the left type
+# that overrides it); NotImplemented from both is a TypeError (binary) or identity (==, !=).
+BINARY_DUNDERS = {
+    "+": ("__add__", "__radd__"), "-": ("__sub__", "__rsub__"), "*": ("__mul__", "__rmul__"),
+    "/": ("__truediv__", "__rtruediv__"), "//": ("__floordiv__", "__rfloordiv__"), "%": ("__mod__", "__rmod__"),
+    "**": ("__pow__", "__rpow__"), "@": ("__matmul__", "__rmatmul__"), "&": ("__and__", "__rand__"),
+    "|": ("__or__", "__ror__"), "^": ("__xor__", "__rxor__"), "<<": ("__lshift__", "__rlshift__"),
+    ">>": ("__rshift__", "__rrshift__"),
+}
+COMPARE_DUNDERS = {"<": ("__lt__", "__gt__"), "<=": ("__le__", "__ge__"), "==": ("__eq__", "__eq__"),
+                   "!=": ("__ne__", "__ne__"), ">": ("__gt__", "__lt__"), ">=": ("__ge__", "__le__")}
+UNARY_DUNDERS = {"neg": "__neg__", "pos": "__pos__", "invert": "__invert__", "abs": "__abs__"}
+# operands whose own method returns NotImplemented for an instance of a Python class
+_SCALARS = (int, float, complex, bool, type(None))
+_COMPARED_AS_NOT_IMPLEMENTED = _SCALARS + (str, bytes)
+_BUILTIN_EQ = (tuple.__eq__, list.__eq__, dict.__eq__)
+NO_RESULT = object()  # every method tried returned NotImplemented
+
+
+def has_python_operators(value: V.Value) -> bool:
+    """Instances of Python classes, whose operators are their (Python) dunder methods."""
+    return isinstance(value, (InstanceValue, V.UserObjectValue, V.DataclassValue))
+
+
+def _is_not_implemented(value: V.Value) -> bool:
+    return getattr(value, "obj", None) is NotImplemented or getattr(value, "value", None) is NotImplemented
+
+
+class OperatorHelpers:
+    """The generic operations objects.py needs from operations.py (which sits above it)."""
+
+    def __init__(self, same: Callable[[Any, V.Value, V.Value], bool],
+                 truth_of: Callable[[Any, V.Value], bool]) -> None:
+        self.same = same
+        self.truth_of = truth_of
+
+
+def _operand_method(tx: Any, value: V.Value, name: str, other: V.Value, compare: bool,
+                    helpers: OperatorHelpers) -> Any:
+    """``value.name(other)``: its result Value, or NO_RESULT for NotImplemented (or no such method)."""
+    if not has_python_operators(value):
+        if isinstance(value, V.ConstantValue) and \
+                type(value.value) in (_COMPARED_AS_NOT_IMPLEMENTED if compare else _SCALARS):
+            return NO_RESULT
+        if compare and isinstance(value, (V.TupleValue, V.ListValue, V.DictValue)) and \
+                value.python_type().__eq__ in _BUILTIN_EQ:
+            return NO_RESULT  # list/tuple/dict compare only with their own kind
+        raise tx.unsupported(f"operator {name} between {value.describe()} and {other.describe()}")
+    cls = value.python_type()
+    method = inspect.getattr_static(cls, name, _MISSING)
+    if method is _MISSING:
+        return NO_RESULT
+    if isinstance(method, types.FunctionType):
+        result = tx.call(V.ObjectValue(method), [value, other], {})
+        return NO_RESULT if _is_not_implemented(result) else result
+    if method is object.__eq__:  # the default: identity, else NotImplemented
+        return V.ConstantValue(True) if helpers.same(tx, value, other) else NO_RESULT
+    if method is object.__ne__:  # the default: the inverse of __eq__, unless that is NotImplemented
+        equal = _operand_method(tx, value, "__eq__", other, compare, helpers)
+        return equal if equal is NO_RESULT else V.ConstantValue(not helpers.truth_of(tx, equal))
+    if method in (object.__lt__, object.__le__, object.__gt__, object.__ge__):
+        return NO_RESULT
+    raise tx.unsupported(f"{cls.__name__}.{name} is not Python code")
+
+
+def _dispatch(tx: Any, forward: str, reflected: str, left: V.Value, right: V.Value, compare: bool,
+              helpers: OperatorHelpers) -> Any:
+    left_type, right_type = left.python_type(), right.python_type()
+    different = left_type is not right_type
+    reflected_first = different and has_python_operators(right) and issubclass(right_type, left_type) and (
+        compare or inspect.getattr_static(right_type, reflected, None)
+        is not inspect.getattr_static(left_type, reflected, None))
+    if reflected_first:
+        result = _operand_method(tx, right, reflected, left, compare, helpers)
+        if result is not NO_RESULT:
+            return result
+    result = _operand_method(tx, left, forward, right, compare, helpers)
+    if result is not NO_RESULT:
+        return result
+    if not reflected_first and (different or compare):  # comparisons try the reflected one on equal types too
+        return _operand_method(tx, right, reflected, left, compare, helpers)
+    return NO_RESULT
+
+
+def binary_operator(tx: Any, symbol: str, left: V.Value, right: V.Value, helpers: OperatorHelpers) -> Any:
+    """``left <symbol> right`` where a side is an instance of a Python class (``+=``: ``__iadd__`` first).
+    NO_RESULT: NotImplemented from every side (eager raises TypeError)."""
+    if symbol.endswith("=") and symbol[:-1] in BINARY_DUNDERS:
+        symbol = symbol[:-1]
+        inplace = "__i" + BINARY_DUNDERS[symbol][0][2:]
+        if has_python_operators(left):
+            result = _operand_method(tx, left, inplace, right, False, helpers)
+            if result is not NO_RESULT:
+                return result
+    forward, reflected = BINARY_DUNDERS[symbol]
+    return _dispatch(tx, forward, reflected, left, right, False, helpers)
+
+
+def compare_operator(tx: Any, symbol: str, left: V.Value, right: V.Value, helpers: OperatorHelpers) -> V.Value:
+    """``left <symbol> right`` (==, <, ...) where a side is an instance of a Python class; NO_RESULT:
+    NotImplemented everywhere (== and != then compare identity, the others raise TypeError)."""
+    forward, reflected = COMPARE_DUNDERS[symbol]
+    result = _dispatch(tx, forward, reflected, left, right, True, helpers)
+    if result is NO_RESULT and symbol in ("==", "!="):
+        return V.ConstantValue(helpers.same(tx, left, right) == (symbol == "=="))
+    return result
+
+
+def unary_operator(tx: Any, name: str, value: V.Value) -> Any:
+    """``-value``, ``+value``, ``~value``, ``abs(value)``; NO_RESULT: no such method (TypeError)."""
+    method = inspect.getattr_static(value.python_type(), UNARY_DUNDERS[name], _MISSING)
+    if method is _MISSING:
+        return NO_RESULT
+    if not isinstance(method, types.FunctionType):
+        raise tx.unsupported(f"{value.python_type().__name__}.{UNARY_DUNDERS[name]} is not Python code")
+    return tx.call(V.ObjectValue(method), [value], {})
+
+
 def mapping_of(tx: Any, value: V.Value, method: str) -> V.DictValue | None:
     """The DictValue holding the items of a dict-like Value (None: not dict-like)."""
     if isinstance(value, InstanceValue):

@@ -123,6 +123,12 @@ def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
     if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
         return numpy_functions.binary_op(tx, symbol, left, right)
     fn = BINARY_OPERATORS[symbol]
+    if objects.has_python_operators(left) or objects.has_python_operators(right):
+        result = objects.binary_operator(tx, symbol, left, right, _OPERATOR_HELPERS)
+        if result is objects.NO_RESULT:
+            raise user_error(tx.session, f"unsupported operand types for {symbol}: "
+                                         f"{left.describe()} and {right.describe()} (TypeError)")
+        return result
     if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
         if symbol.endswith("=") and not isinstance(left, V.TensorValue):
             fn = BINARY_OPERATORS[symbol[:-1]]
@@ -162,6 +168,11 @@ def _constant(tx: Any, value: V.Value, what: str) -> Any:
 def unary_op(tx: Any, name: str, value: V.Value) -> V.Value:
     if isinstance(value, NdarrayValue):  # numpy
         return numpy_ops.unary_op(tx, name, value)
+    if objects.has_python_operators(value):
+        result = objects.unary_operator(tx, name, value)
+        if result is objects.NO_RESULT:
+            raise user_error(tx.session, f"bad operand type for unary {name}: {value.describe()} (TypeError)")
+        return result
     fn = UNARY_OPERATORS[name]
     if isinstance(value, V.TensorValue):
         return tensor_ops.record_call(tx.session, fn, [value], {})
@@ -172,12 +183,42 @@ def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
     if isinstance(left, NdarrayValue) or isinstance(right, NdarrayValue):  # numpy
         return numpy_ops.compare(tx, symbol, left, right)
     fn = COMPARE_OPERATORS[symbol]
+    if objects.has_python_operators(left) or objects.has_python_operators(right):
+        result = objects.compare_operator(tx, symbol, left, right, _OPERATOR_HELPERS)
+        if result is objects.NO_RESULT:
+            raise user_error(tx.session, f"'{symbol}' not supported between {left.describe()} and "
+                                         f"{right.describe()} (TypeError)")
+        return result
     if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
         return tensor_ops.record_call(tx.session, fn, [left, right], {})
     if symbol in ("==", "!=") and not (left.is_python_constant() and right.is_python_constant()):
-        equal = is_same(tx, left, right)
+        equal = _containers_equal(tx, left, right)
+        if equal is None:
+            equal = is_same(tx, left, right)
         return V.ConstantValue(equal if symbol == "==" else not equal)
     return python_result(fn(_constant(tx, left, symbol), _constant(tx, right, symbol)))
+
+
+def _containers_equal(tx: Any, left: V.Value, right: V.Value) -> bool | None:
+    """== of two lists, two tuples (namedtuples too) or two dicts holding symbolic items, as CPython
+    compares them: lengths (keys), then item by item, identity first; None: not such a pair."""
+    kinds = {type(left), type(right)}
+    if kinds == {V.TupleValue} or kinds == {V.ListValue}:
+        if left.python_type().__eq__ is not right.python_type().__eq__ or \
+                left.python_type().__eq__ not in (tuple.__eq__, list.__eq__):
+            return None
+        if len(left.items) != len(right.items):
+            return False
+        return all(_items_equal(tx, a, b) for a, b in zip(left.items, right.items))
+    if kinds == {V.DictValue} and left.cls is dict and right.cls is dict:
+        if left.items.keys() != right.items.keys():
+            return False
+        return all(_items_equal(tx, value, right.items[key]) for key, value in left.items.items())
+    return None
+
+
+def _items_equal(tx: Any, left: V.Value, right: V.Value) -> bool:
+    return is_same(tx, left, right) or truthiness(tx, compare(tx, "==", left, right))
 
 
 def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
@@ -202,6 +243,9 @@ def contains(tx: Any, container: V.Value, item: V.Value) -> bool:
     if isinstance(container, V.TensorValue):
         raise tx.unsupported("`in` on a tensor is data-dependent")
     return _constant(tx, item, "in") in _constant(tx, container, "in")
+
+
+_OPERATOR_HELPERS = objects.OperatorHelpers(is_same, truthiness)
 
 
 # ---------------------------------------------------------------- items

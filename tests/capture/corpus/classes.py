@@ -121,13 +121,65 @@ class Vec:
         return isinstance(other, Vec) and self.data.shape == other.data.shape
 
 
-@program(call(randn(3), randn(3)), call(randn(4), randn(4)), call(randn(2), randn(2)), graphs=1, breaks=0,
-         count_bug="binary operators on user-class instances (__add__, __mul__, __neg__) break capture")
+@program(call(randn(3), randn(3)), call(randn(4), randn(4)), call(randn(2), randn(2)), graphs=1, breaks=0)
 def operator_overloading(a, b):
     u, v = Vec(a), Vec(b)
     w = -(u + v) * 2 + 1.0
     w = 3 + w
     return w.data, u @ v, len(w), w[0], u == v
+
+
+class Money:
+    def __init__(self, amount):
+        self.amount = amount
+
+    def __add__(self, other):
+        if isinstance(other, Money):
+            return Money(self.amount + other.amount)
+        return NotImplemented
+
+    def __radd__(self, other):
+        return Money(self.amount + other) if other == 0 else NotImplemented
+
+    def __iadd__(self, other):
+        self.amount = self.amount + (other.amount if isinstance(other, Money) else other)
+        return self
+
+    def __lt__(self, other):
+        return self.amount.sum() < other.amount.sum() if isinstance(other, Money) else NotImplemented
+
+    def __abs__(self):
+        return Money(self.amount.abs())
+
+    def __invert__(self):
+        return "inverted"
+
+
+class Euro(Money):
+    def __radd__(self, other):  # a subclass overriding the reflected method: tried before Money.__add__
+        return Euro(self.amount * 10 + (other.amount if isinstance(other, Money) else other))
+
+    def __gt__(self, other):
+        return "Euro.__gt__"
+
+
+@dataclasses.dataclass
+class Pair:
+    first: int
+    second: int
+
+
+@program(call(randn(3), randn(3)), call(randn(2), randn(2)), call(randn(4), randn(4)), graphs=1, breaks=0)
+def operator_protocol_reflected_inplace_compare(a, b):
+    m, e = Money(a), Euro(b)
+    total = sum([m, Money(b)])            # 0 + m: int gives NotImplemented, Money.__radd__ runs
+    mixed = m + e                         # Euro overrides __radd__: it runs first
+    acc = Money(a)
+    alias = acc
+    acc += 1.0                            # __iadd__ mutates in place: alias sees it
+    flags = (m < Money(a * 2), e < m, m == m, m != Money(a), Pair(1, 2) == Pair(1, 2), Pair(1, 2) != Pair(2, 1),
+             (1, m) == (1, m), [m] == [Money(a)], {"k": m} == {"k": m})
+    return total.amount, type(mixed).__name__, mixed.amount, alias.amount, flags, abs(m).amount, ~m
 
 
 class Accumulator:
