@@ -592,7 +592,22 @@ def _pure(fn: Callable) -> Callable:
 
 
 # builtins without side effects: evaluated for real on Python constants
-for _fn in (divmod, round, chr, ord, str, repr, format, hex, bin, oct, slice, ascii, hash, bytes):
+def _to_string(kind: str, fn: Callable) -> Callable:
+    """str(obj) / repr(obj) / format(obj, spec): a Python class's own method, inlined; else for real."""
+    def handler(tx, args, kwargs):
+        if len(args) in ((1, 2) if kind == "format" else (1,)) and not kwargs and \
+                objects.has_python_operators(args[0]):
+            spec = args[1].as_python() if len(args) > 1 else ""
+            if not isinstance(spec, str):
+                raise tx.unsupported("format() with a spec that is not a str")
+            return objects.to_string(tx, args[0], kind, spec)
+        return call_builtin_pure(tx, fn, args, kwargs)
+    return handler
+
+
+BUILTIN_HANDLERS.update({str: _to_string("str", str), repr: _to_string("repr", repr),
+                         format: _to_string("format", format)})
+for _fn in (divmod, round, chr, ord, hex, bin, oct, slice, ascii, hash, bytes):
     BUILTIN_HANDLERS.setdefault(_fn, _pure(_fn))
 
 

@@ -23,7 +23,7 @@ import types
 from typing import Any
 
 from ..errors import Unsupported
-from . import calls
+from . import calls, objects
 from . import operations as ops
 from . import values as V
 from .autocast import AutocastValue
@@ -492,6 +492,13 @@ class InstructionTranslator:
         spec = self.pop().as_python() if inst.arg & 0x04 else ""
         value = self.pop()
         conversion = {0: None, 1: str, 2: repr, 3: ascii}[inst.arg & 0x03]
+        if objects.has_python_operators(value) and conversion is not ascii:
+            # an instance of a Python class: its __format__ / __str__ / __repr__, inlined
+            if conversion is not None:
+                value, conversion = objects.to_string(self, value, conversion.__name__), None
+            else:
+                self.push(objects.to_string(self, value, "format", spec))
+                return
         python = ops.format_python_value(self, value)
         if conversion is not None:
             python = conversion(python)

@@ -392,6 +392,26 @@ def unary_operator(tx: Any, name: str, value: V.Value) -> Any:
     return tx.call(V.ObjectValue(method), [value], {})
 
 
+# ---------------------------------------------------------------- str(), repr(), format()
+def to_string(tx: Any, value: V.Value, kind: str, spec: str = "") -> V.Value:
+    """``repr(value)`` / ``str(value)`` / ``format(value, spec)`` of an instance of a Python class: its
+    Python ``__repr__`` / ``__str__`` / ``__format__`` inlined.  object's defaults fall back as CPython's
+    do (``__format__`` -> str, ``__str__`` -> repr); object's own repr shows an address: not captured."""
+    cls = value.python_type()
+    name = {"repr": "__repr__", "str": "__str__", "format": "__format__"}[kind]
+    method = inspect.getattr_static(cls, name, _MISSING)
+    if isinstance(method, types.FunctionType):
+        result = tx.call(V.ObjectValue(method), [value] + ([V.ConstantValue(spec)] if kind == "format" else []), {})
+        if not (isinstance(result, V.ConstantValue) and isinstance(result.value, str)):
+            raise tx.unsupported(f"{cls.__name__}.{name} returned {result.describe()}")
+        return result
+    if method is object.__format__ and not spec:
+        return to_string(tx, value, "str")
+    if method is object.__str__:
+        return to_string(tx, value, "repr")
+    raise tx.unsupported(f"{kind}() of {value.describe()} ({cls.__name__}.{name} is not Python code)")
+
+
 def mapping_of(tx: Any, value: V.Value, method: str) -> V.DictValue | None:
     """The DictValue holding the items of a dict-like Value (None: not dict-like)."""
     if isinstance(value, InstanceValue):
