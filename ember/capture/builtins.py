@@ -448,6 +448,21 @@ def _any_all(want: bool) -> Callable:
     return handler
 
 
+def _vars(tx, args, kwargs):
+    """vars(obj) of an object built in the trace: its ``__dict__`` itself (writes go through to the
+    object, as eager's do).  Objects passed in may have attribute writes pending: not captured."""
+    if len(args) != 1 or kwargs:
+        raise tx.unsupported("vars() without an object (the caller's locals)")
+    value = args[0]
+    if isinstance(value, objects.InstanceValue):
+        return objects.get_attr(tx, value, "__dict__")
+    if isinstance(value, V.DataclassValue):
+        view = V.DictValue({})
+        view.items = value.fields  # the same dict, as for an InstanceValue's __dict__
+        return view
+    raise tx.unsupported(f"vars() of {value.describe()}")
+
+
 def _id(tx, args, kwargs):
     raise tx.unsupported("id() inside a compiled function")
 
@@ -460,7 +475,7 @@ BUILTIN_HANDLERS: dict[Any, Callable] = {
     any: _any_all(True), all: _any_all(False),
     abs: _abs, pow: _pow, int: _numeric(int), float: _numeric(float), complex: _numeric(complex), bool: _bool,
     getattr: _getattr, hasattr: _hasattr, setattr: _setattr, callable: _callable, super: _super, map: _map,
-    filter: _filter, sorted: _sorted, id: _id,
+    filter: _filter, sorted: _sorted, id: _id, vars: _vars,
     issubclass: lambda tx, a, k: call_builtin_pure(tx, issubclass, a, k),
 }
 

@@ -282,8 +282,7 @@ class Config:
 
 
 @program(call(randn(3), {"scale": 2.0, "act": "relu"}), call(randn(3), {"act": "gelu"}),
-         call(randn(4), {"scale": 0.5}), graphs=1, breaks=0,
-         count_bug="vars() of a user object breaks capture ('unknown C function vars')")
+         call(randn(4), {"scale": 0.5}), graphs=1, breaks=0)
 def config_object_with_setattr_getattr(x, options):
     cfg = Config(**options)
     out = x * cfg.get("scale", 1.0)
@@ -293,3 +292,21 @@ def config_object_with_setattr_getattr(x, options):
     elif act == "gelu":
         out = torch.nn.functional.gelu(out)
     return out, hasattr(cfg, "scale"), vars(cfg)
+
+
+@dataclasses.dataclass
+class Point:
+    x: torch.Tensor
+    y: int = 0
+
+
+@program(call(randn(3), 2), call(randn(2), 0), call(randn(4), -1), graphs=1, breaks=0)
+def vars_of_objects_read_and_written(x, k):
+    cfg = Config(scale=k, name="c")
+    attrs = vars(cfg)
+    attrs["shift"] = 1.0                  # the object's own __dict__: the write shows as an attribute
+    cfg.extra = k * 2                     # and an attribute set later shows in the dict
+    point = Point(x, k)
+    fields = vars(point)
+    fields["y"] = fields["y"] + 1
+    return x * cfg.scale + cfg.shift, sorted(attrs), attrs["extra"], point.y, point.x is fields["x"], len(fields)
