@@ -328,9 +328,17 @@ def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str
     return V.ConstantValue(result)
 
 
+# the default the generated dataclass __init__ gives a field with a default_factory (a private name:
+# without it such fields are not built here, and the __init__ is inlined instead)
+_HAS_DEFAULT_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
+
+
 def _is_simple_dataclass(cls: type) -> bool:
     """Built as a DataclassValue from its fields: nothing but the generated __init__ runs."""
-    return "__post_init__" not in dir(cls) and all(f.init for f in dataclasses.fields(cls)) and \
+    fields = dataclasses.fields(cls)
+    if _HAS_DEFAULT_FACTORY is None and any(f.default_factory is not dataclasses.MISSING for f in fields):
+        return False
+    return "__post_init__" not in dir(cls) and all(f.init for f in fields) and \
         cls.__setattr__ is object.__setattr__ and not issubclass(cls, dict) and \
         not any(isinstance(v, (property, functools.cached_property)) for v in vars(cls).values())
 
@@ -386,7 +394,13 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
         defaults = tuple(tx.session.wrap(d, None) for d in (init.__defaults__ or ()))
         kwdefaults = {k: tx.session.wrap(v, None) for k, v in (init.__kwdefaults__ or {}).items()}
         bound = bind_arguments(init.__code__, cls.__name__, [V.NONE] + args, kwargs, defaults, kwdefaults)
-        fields = {f.name: bound[f.name] for f in dataclasses.fields(cls)}
+        fields = {}
+        for field in dataclasses.fields(cls):
+            value = bound[field.name]
+            if _HAS_DEFAULT_FACTORY is not None and getattr(value, "obj", None) is _HAS_DEFAULT_FACTORY:
+                # not passed: the generated __init__ calls the factory (a fresh list per instance)
+                value = call(tx, tx.session.wrap(field.default_factory, None), [], {})
+            fields[field.name] = value
         return V.DataclassValue(cls, fields)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         new = cls.__new__

@@ -43,8 +43,7 @@ class Stats:
     tags: list = dataclasses.field(default_factory=list)
 
 
-@program(call(randn(4, 3)), call(randn(2, 3)), call(randn(6, 2)), graphs=1, breaks=0,
-         count_bug="dataclass field(default_factory=list) breaks capture ('_HAS_DEFAULT_FACTORY_CLASS ... append')")
+@program(call(randn(4, 3)), call(randn(2, 3)), call(randn(6, 2)), graphs=1, breaks=0)
 def dataclass_built_and_returned(x):
     stats = Stats(x.mean(0), x.std(0), count=x.shape[0])
     stats.tags.append("rows")
@@ -310,3 +309,19 @@ def vars_of_objects_read_and_written(x, k):
     fields = vars(point)
     fields["y"] = fields["y"] + 1
     return x * cfg.scale + cfg.shift, sorted(attrs), attrs["extra"], point.y, point.x is fields["x"], len(fields)
+
+
+@dataclasses.dataclass
+class Batch:
+    data: torch.Tensor
+    notes: list = dataclasses.field(default_factory=list)
+    meta: dict = dataclasses.field(default_factory=lambda: {"seen": 0})
+
+
+@program(call(randn(3)), call(randn(2)), call(randn(4)), graphs=1, breaks=0)
+def dataclass_default_factories_are_fresh_per_instance(x):
+    first, second = Batch(x), Batch(x * 2, ["given"])
+    third = Batch(x + 1)
+    first.notes.append("a")
+    first.meta["seen"] += 1
+    return first, second, third.notes, third.meta, first.notes is third.notes
