@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import Unsupported
 from . import resume
 from . import values as V
-from .session import EpilogueBuilder, is_library_value
+from .session import EpilogueBuilder, grad_mode_decorator, is_library_value
 
 PY312 = sys.version_info >= (3, 12)
 
@@ -204,6 +204,9 @@ class _StepBuilder:
         """The function to call and leading arguments: user functions and modules are called through
         their own compiled wrapper (a bound method: its function, with self first)."""
         compiled = self.bind(self.registry.compiled, "compiled")
+        if isinstance(callee, V.GradModeFunctionValue):  # @torch.no_grad() on a function: the same decorator
+            function, first = self._callee(callee.func)
+            return f"{grad_mode_decorator(self.builder, callee.enabled)}({function})", first
         if isinstance(callee, V.ModuleValue) or \
                 (isinstance(callee, V.ObjectValue) and _is_user_function(callee.obj)):
             return f"{compiled}({self.builder.expr(callee)})", []

@@ -341,7 +341,7 @@ def _setattr(tx, args, kwargs):
 def _callable(tx, args, kwargs):
     value = args[0]
     if isinstance(value, (V.FunctionValue, V.BoundMethodValue, V.ModuleValue, V.TensorMethodValue,
-                          V.ContainerMethodValue)):
+                          V.ContainerMethodValue, V.GradModeValue, V.GradModeFunctionValue)):
         return V.ConstantValue(True)
     if isinstance(value, objects.InstanceValue):
         return V.ConstantValue(callable(value.cls))

@@ -39,6 +39,8 @@ _TORCH_PURE_QUERIES = {torch.is_grad_enabled, torch.is_tensor, torch.is_floating
                        torch.is_complex, torch.finfo, torch.iinfo, torch.Size, torch.device,
                        torch.promote_types, torch.result_type, torch.can_cast}
 _GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+CO_GENERATOR_LIKE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | \
+    inspect.CO_ASYNC_GENERATOR
 
 
 def _compile_state_queries() -> dict[Any, Any]:
@@ -131,7 +133,41 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
         raise tx.unsupported(f"calling {callee.describe()}")
     if isinstance(callee, V.ObjectValue):
         return _call_object(tx, callee.obj, args, kwargs)
+    if isinstance(callee, V.GradModeValue):
+        return _decorate_with_grad_mode(tx, callee, args, kwargs)
+    if isinstance(callee, V.GradModeFunctionValue):
+        return _call_in_grad_mode(tx, callee, args, kwargs)
     raise tx.unsupported(f"calling {callee.describe()}")
+
+
+def _decorate_with_grad_mode(tx: Any, manager: V.GradModeValue, args: list[V.Value],
+                             kwargs: dict[str, V.Value]) -> V.Value:
+    """``torch.no_grad()(func)``: the decorator form of the grad-mode managers (generator functions
+    and classes get other wrappers in torch: not captured)."""
+    if len(args) != 1 or kwargs or manager.previous is not None:
+        raise tx.unsupported(f"calling {manager.describe()}")
+    func = args[0]
+    if isinstance(func, V.FunctionValue):
+        plain = not func.code.co_flags & CO_GENERATOR_LIKE
+    elif isinstance(func, V.ObjectValue):
+        plain = isinstance(func.obj, types.FunctionType) and not func.obj.__code__.co_flags & CO_GENERATOR_LIKE
+    else:
+        plain = False
+    if not plain:
+        raise tx.unsupported(f"grad-mode decorator on {func.describe()}")
+    return V.GradModeFunctionValue(manager.enabled, func)
+
+
+def _call_in_grad_mode(tx: Any, wrapper: V.GradModeFunctionValue, args: list[V.Value],
+                       kwargs: dict[str, V.Value]) -> V.Value:
+    """As torch's decorator does: ``with <a fresh manager>: return func(*args, **kwargs)``.  A break
+    inside leaves the block to the caller's frame, which exits its open blocks (interpreter.run)."""
+    manager = V.GradModeValue(wrapper.enabled)
+    operations.enter_grad_mode(tx, manager)
+    tx.active_contexts.append(manager)
+    result = call(tx, wrapper.func, args, kwargs)
+    operations.exit_grad_mode(tx, manager)
+    return result
 
 
 def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:

@@ -301,6 +301,12 @@ def grad_mode_exit(enabled: bool, previous: bool) -> Any:
     return manager.__exit__
 
 
+def grad_mode_decorator(builder: "EpilogueBuilder", enabled: bool) -> str:
+    """``torch.enable_grad()`` / ``torch.no_grad()``, the decorator a GradModeFunctionValue is made with."""
+    manager = torch.enable_grad if enabled else torch.no_grad
+    return f"{builder.namespace.bind(manager, manager.__name__)}()"
+
+
 def is_library_value(value: Any) -> bool:
     module = getattr(value, "__module__", None) or ""
     return module.split(".")[0] in LIBRARY_MODULE_ROOTS
@@ -403,6 +409,8 @@ class EpilogueBuilder:
             return f"{self.expr(value.func)}.__get__({self.expr(value.self_value)})"
         if isinstance(value, (V.TensorMethodValue, V.ContainerMethodValue)):
             return f"{self.expr(value.self_value)}.{value.name}"
+        if isinstance(value, V.GradModeFunctionValue):
+            return self._once(value, lambda: f"{grad_mode_decorator(self, value.enabled)}({self.expr(value.func)})")
         if isinstance(value, V.ContextExitValue) and isinstance(value.manager, V.GradModeValue):
             manager = value.manager
             make_exit = self.namespace.bind(grad_mode_exit, "grad_mode_exit")

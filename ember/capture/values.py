@@ -325,6 +325,21 @@ class GradModeValue(Value):
         self.previous: bool | None = None
 
 
+class GradModeFunctionValue(Value):
+    """``torch.no_grad()(func)`` (``@torch.no_grad()`` on a function defined in the trace): calling it
+    runs ``func`` with grad mode ``enabled`` and restores the mode after."""
+
+    def __init__(self, enabled: bool, func: Value) -> None:
+        self.enabled = enabled
+        self.func = func
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def describe(self) -> str:
+        return f"{'enable_grad' if self.enabled else 'no_grad'}-decorated {self.func.describe()}"
+
+
 class ContextExitValue(Value):
     """The bound ``__exit__`` that BEFORE_WITH pushes."""
 

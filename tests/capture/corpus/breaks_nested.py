@@ -126,9 +126,7 @@ def break_in_callee_that_mutates_a_list(x, log):
     return z + len(log)
 
 
-@program(call(randn(3)), call(randn(4)), call(randn(2)), graphs=2, breaks=1,
-         count_bug="@torch.no_grad() as a decorator inside the frame is a break whose GradModeValue cannot be "
-                   "rebuilt: the frame runs eagerly")
+@program(call(randn(3)), call(randn(4)), call(randn(2)), graphs=2, breaks=1)
 def print_inside_no_grad_helper(x):
     @torch.no_grad()
     def frozen(t):
@@ -138,3 +136,18 @@ def print_inside_no_grad_helper(x):
 
     y = x.sigmoid()
     return frozen(y) - y
+
+
+def _frozen_global(t):
+    a = t * 2
+    print("global frozen", torch.is_grad_enabled())
+    return a + 1
+
+
+@program(call(randn(3, requires_grad=True)), call(randn(4, requires_grad=True)), call(randn(2)), graphs=4, breaks=2)
+def print_inside_no_grad_decorated_global(x):
+    # pieces: [x * 2], [t * 2] and [a + 1] (the callee compiled on its own, under no_grad), [w + y]
+    frozen = torch.no_grad()(_frozen_global)
+    y = x * 2
+    w = frozen(y)
+    return w + y, w.requires_grad, torch.is_grad_enabled()

@@ -40,14 +40,31 @@ def autocast_cpu_bfloat16(a, b):
     return d.float() + 1, c.dtype
 
 
-@program(call(randn(3, requires_grad=True)), call(randn(2, requires_grad=True)), call(randn(4)), graphs=1, breaks=0,
-         count_bug="@torch.no_grad() as a decorator on a nested function breaks capture ('calling GradModeValue')")
+@program(call(randn(3, requires_grad=True)), call(randn(2, requires_grad=True)), call(randn(4)), graphs=1, breaks=0)
 def no_grad_decorator_on_helper(x):
     @torch.no_grad()
     def frozen(t):
         return t * 10
 
     return frozen(x) + x, frozen(x).requires_grad
+
+
+def _double(t):
+    return t * 2, torch.is_grad_enabled()
+
+
+@program(call(randn(3, requires_grad=True)), call(randn(2, requires_grad=True)), call(randn(4)), graphs=1, breaks=0)
+def grad_mode_decorators_called_in_other_modes(x):
+    @torch.enable_grad()
+    def tracked(t, k=3):
+        return t * k, torch.is_grad_enabled()
+
+    frozen = torch.no_grad()(_double)
+    with torch.no_grad():
+        a, mode_a = tracked(x, k=4)       # enable_grad inside no_grad
+    b, mode_b = frozen(x)
+    c, mode_c = frozen(a)
+    return a, b, c, (mode_a, mode_b, mode_c), a.requires_grad, b.requires_grad, torch.is_grad_enabled()
 
 
 class Recorder:
