@@ -12,6 +12,7 @@ Python code through ``tx.call`` (the translator delegates to ``call`` here).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -115,6 +116,9 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
     if isinstance(callee, V.ContainerMethodValue):
         return builtins.call_container_method(tx, callee.self_value, callee.name, args, kwargs)
     if isinstance(callee, V.ContextExitValue):
+        if isinstance(callee.manager, objects.GeneratorContextValue) and \
+                not all(operations.is_none(tx, a) for a in args):
+            raise tx.unsupported("__exit__ of a @contextmanager with an exception")
         operations.exit_context(tx, callee.manager)
         return V.NONE
     if isinstance(callee, V.ModuleValue):
@@ -369,6 +373,24 @@ def _guarded_state_query(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str
 _HAS_DEFAULT_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
 
 
+def _generator_context(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """``_GeneratorContextManager(func, args, kwds)``: the generator made now, driven by with-statements.
+    Its frame may hold try/finally around the yield: the with-statement runs it to the end (or the
+    frame breaks before), so the handler never has to run at a close."""
+    if len(args) != 3 or kwargs or not isinstance(args[2], V.DictValue):
+        raise tx.unsupported("contextlib._GeneratorContextManager built by hand")
+    func, positional, keywords = args
+    session = tx.session
+    session.generator_handlers_allowed = True
+    try:
+        generator = call(tx, func, operations.unpack(tx, positional), dict(keywords.items))
+    finally:
+        session.generator_handlers_allowed = False
+    if not isinstance(generator, V.GeneratorValue):
+        raise tx.unsupported(f"@contextmanager function returned {generator.describe()}")
+    return objects.GeneratorContextValue(generator)
+
+
 def _is_simple_dataclass(cls: type) -> bool:
     """Built as a DataclassValue from its fields: nothing but the generated __init__ runs."""
     fields = dataclasses.fields(cls)
@@ -418,6 +440,8 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
         return call_builtin_pure(tx, cls, args, kwargs)
     if cls is functools.partial:
         return objects.make_partial(tx, args, kwargs)
+    if cls is contextlib._GeneratorContextManager:  # what @contextlib.contextmanager functions return
+        return _generator_context(tx, args, kwargs)
     if issubclass(cls, torch.nn.Module):
         raise tx.unsupported(f"creating module {cls.__name__} inside a compiled function")
     if dataclasses.is_dataclass(cls) and not _is_simple_dataclass(cls) or \

@@ -92,7 +92,8 @@ class InstructionTranslator:
         if code.co_flags & CO_GENERATOR_LIKE:
             if not code.co_flags & CO_GENERATOR or code.co_flags & CO_ITERABLE_COROUTINE:
                 raise Unsupported(f"coroutine {code.co_name}()", session.current_line())
-            if any(inst.opname == "PUSH_EXC_INFO" for inst in _decoded(code)[0]):
+            if any(inst.opname == "PUSH_EXC_INFO" for inst in _decoded(code)[0]) and \
+                    not getattr(session, "generator_handlers_allowed", False):
                 # try/finally or with around a yield: eager runs the handler when the generator is closed
                 raise Unsupported(f"generator {code.co_name}() with try or with blocks "
                                   f"({code.co_filename}:{code.co_firstlineno})", session.current_line())
@@ -630,6 +631,10 @@ class InstructionTranslator:
     # ------------------------------------------------------------ with blocks (grad mode, autocast, Python managers)
     def BEFORE_WITH(self, inst):
         manager = self.pop()
+        if isinstance(manager, objects.GeneratorContextValue):  # @contextlib.contextmanager
+            self.push(V.ContextExitValue(manager))
+            self.push(ops.enter_generator_context(self, manager))
+            return
         if not isinstance(manager, (V.GradModeValue, AutocastValue)):
             # a context manager written in Python (contextlib.nullcontext, a user class): inline
             # __enter__ now; the bytecode calls the pushed __exit__(None, None, None) on normal exit

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import contextlib
 import functools
 import inspect
 import types
@@ -53,6 +54,23 @@ class InstanceValue(V.Value):
 
     def describe(self) -> str:
         return f"{self.cls.__name__} instance"
+
+
+class GeneratorContextValue(V.Value):
+    """What a ``@contextlib.contextmanager`` function returns, called in the trace: the generator it
+    runs (lazily, as eager does).  Only a with-statement drives it (``__enter__``: next(); ``__exit__``:
+    next() must finish it), so a try/finally around its yield runs when eager runs it; its attributes,
+    returning it or a graph break while it lives are not captured (the frame runs eagerly)."""
+
+    def __init__(self, generator: V.GeneratorValue) -> None:
+        self.generator = generator
+        self.entered = False
+
+    def python_type(self) -> type:
+        return contextlib._GeneratorContextManager
+
+    def describe(self) -> str:
+        return f"contextmanager of {self.generator.describe()}"
 
 
 class PartialValue(V.Value):

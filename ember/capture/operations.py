@@ -536,7 +536,22 @@ def enter_context(tx: Any, manager: V.Value) -> None:
         enter_grad_mode(tx, manager)
 
 
+def enter_generator_context(tx: Any, manager: objects.GeneratorContextValue) -> V.Value:
+    """``_GeneratorContextManager.__enter__``: the generator's first yield is the ``as`` value."""
+    if manager.entered:
+        raise tx.unsupported("a @contextmanager object entered twice")
+    manager.entered = True
+    item = manager.generator.next_item()
+    if item is None:
+        raise user_error(tx.session, "generator didn't yield (RuntimeError)")
+    return item
+
+
 def exit_context(tx: Any, manager: V.Value) -> None:
+    if isinstance(manager, objects.GeneratorContextValue):  # __exit__ without an exception
+        if manager.generator.next_item() is not None:
+            raise user_error(tx.session, "generator didn't stop (RuntimeError)")
+        return
     if isinstance(manager, autocast.AutocastValue):
         autocast.exit_block(tx, manager)
         if manager in tx.active_contexts:

@@ -42,6 +42,9 @@ class CaptureSession:
         self.example_inputs: list[Any] = []
         self.placeholder_sources: list[Source] = []
         self.grad_enabled = torch.is_grad_enabled()
+        # set while a @contextmanager function makes its generator: its frame may hold try/finally
+        # blocks, since only a with-statement drives it to the end (calls._generator_context)
+        self.generator_handlers_allowed = False
         # id(object) -> (Value, first source): one Value per outside object, so aliasing is kept
         self._wrapped: dict[int, tuple[V.Value, Source]] = {}
         self._keepalive: list[Any] = []

@@ -1,5 +1,7 @@
 """Breaks inside called user functions, methods, closures and submodules: the caller breaks at the call,
 the callee is captured on its own. Pieces: [caller before, callee before, callee after, caller after]."""
+import contextlib
+
 import torch
 from torch import nn
 
@@ -151,3 +153,22 @@ def print_inside_no_grad_decorated_global(x):
     y = x * 2
     w = frozen(y)
     return w + y, w.requires_grad, torch.is_grad_enabled()
+
+
+@contextlib.contextmanager
+def _logged_block(log, name):
+    log.append(f"open {name}")
+    try:
+        yield name.upper()
+    finally:
+        log.append(f"close {name}")
+
+
+@program(call(randn(3), []), call(randn(2), ["a"]), call(randn(4), []), graphs=0, breaks=1)
+def print_inside_contextmanager_block(x, log):
+    # the generator behind the with-block cannot be handed to a continuation: the frame runs eagerly
+    z = x - 1
+    with _logged_block(log, "p") as label:
+        y = z * 2
+        print("inside", len(log), label)
+    return y + 1, log

@@ -96,13 +96,49 @@ def _scaled(values):
     values.append("end")
 
 
-@program(call(randn(3)), call(randn(4)), call(randn(1)), graphs=1, breaks=0,
-         count_bug="a @contextlib.contextmanager generator used in with breaks capture")
+@program(call(randn(3)), call(randn(4)), call(randn(1)), graphs=1, breaks=0)
 def contextlib_contextmanager(x):
     log = []
     with _scaled(log) as k:
         y = x * k
     return y, log
+
+
+@contextlib.contextmanager
+def _tracked(log, name, scale=1.0):
+    log.append(f"open {name}")
+    try:
+        yield {"scale": scale, "name": name}
+    finally:
+        log.append(f"close {name}")
+
+
+@program(call(randn(3), []), call(randn(2), ["old"]), call(randn(4), []), graphs=1, breaks=0)
+def contextmanager_with_try_finally_nested_and_returning(x, log):
+    with _tracked(log, "outer", scale=2.0) as outer, _tracked(log, "inner") as inner:
+        y = x * outer["scale"] + inner["scale"]
+        log.append(len(log))
+    with _tracked(log, "early"):
+        return y, outer["name"], len(log)
+
+
+@contextlib.contextmanager
+def _no_yield():
+    if False:
+        yield
+
+
+@program(call(randn(3)), call(randn(2)), call(randn(1)), graphs=1, breaks=0, raises=(1, 2),
+         before=lambda i, f: f.__globals__.__setitem__("_CM_RAISES", i > 0))
+def contextmanager_that_does_not_yield(x):
+    y = x + 1
+    if _CM_RAISES:
+        with _no_yield():   # RuntimeError: generator didn't yield (the frame runs eagerly)
+            y = y * 2
+    return y
+
+
+_CM_RAISES = False
 
 
 @program(call(randn(3, requires_grad=True)), call(randn(3, requires_grad=True)), call(randn(2, requires_grad=True)),
