@@ -175,7 +175,7 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
         raise Unsupported(f"data-dependent operation {op_name}() on a tensor", line,
                           "keep the value as a tensor, or move this outside the compiled function")
     if "out" in kwargs:
-        raise Unsupported(f"{op_name}(out=...) inside a compiled function", line)
+        return _record_with_out(session, target, args, kwargs, line, op_name)
     if session.seeded_in_graph and op_name.rsplit(".", 1)[-1] in RANDOM_OP_NAMES:
         raise Unsupported(f"random op {op_name} after torch.manual_seed in the same graph", line,
                           "the seed is set after the graph (calls.py _manual_seed)")
@@ -183,6 +183,43 @@ def record_call(session: Any, target: Callable, args: list[V.Value], kwargs: dic
         args, kwargs = autocast.apply_casts(session, target, list(args), dict(kwargs),
                                             lambda value, dtype: _record_cast(session, value, dtype))
     return _record(session, target, args, kwargs, name, line, op_name)
+
+
+def _record_with_out(session: Any, target: Callable, args: list[V.Value], kwargs: dict[str, V.Value], line: str,
+                     op_name: str) -> V.Value:
+    """``torch.add(a, b, out=t)`` as the functional op, then ``t.copy_(result)``; returns ``t``, as eager.
+
+    Only where eager writes exactly the result into ``t``: ``t`` an input tensor that no argument is
+    computed from (no overlap), no autograd involved (eager refuses out= then), and the result of
+    ``t``'s shape, dtype and device (no resize, no cast)."""
+    out = kwargs["out"]
+    refused = Unsupported(f"{op_name}(out=...) inside a compiled function", line)
+    if not isinstance(out, V.TensorValue) or out.node.op != "placeholder" or out.meta.requires_grad:
+        raise refused
+    result = record_call(session, target, args, {k: v for k, v in kwargs.items() if k != "out"})
+    if not isinstance(result, V.TensorValue) or result.meta.requires_grad:
+        refused.eager_may_raise = True  # "functions with out=... arguments don't support automatic differentiation"
+        raise refused
+    if (result.meta.shape, result.meta.dtype, result.meta.device) != (out.meta.shape, out.meta.dtype,
+                                                                       out.meta.device):
+        raise refused
+    if _reads(result.node, out.node):
+        raise refused
+    return record_call(session, torch.Tensor.copy_, [out, result], {})
+
+
+def _reads(node: Any, target: Any) -> bool:
+    """Whether ``node`` is computed from ``target`` (through any chain of ops)."""
+    seen, stack = set(), [node]
+    while stack:
+        current = stack.pop()
+        if current is target:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        stack.extend(current.inputs())
+    return False
 
 
 def _record_cast(session: Any, value: V.TensorValue, dtype: torch.dtype) -> V.Value:

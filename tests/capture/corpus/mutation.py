@@ -39,8 +39,7 @@ def dict_input_updated(x, state):
     return state["a"] * 2
 
 
-@program(call(randn(3), randn(3)), call(randn(4), randn(4)), call(randn(2), randn(2)), graphs=1, breaks=0,
-         count_bug="torch.add(..., out=input) breaks capture")
+@program(call(randn(3), randn(3)), call(randn(4), randn(4)), call(randn(2), randn(2)), graphs=1, breaks=0)
 def in_place_with_out_argument_and_copy(x, out):
     torch.add(x, 1, out=out)
     out.copy_(out * 2)
@@ -84,3 +83,12 @@ def returns_none_after_in_place(x):
 @program(call(randn(3, requires_grad=True)), call(randn(4, requires_grad=True)), call(randn(2)), graphs=1, breaks=0)
 def detach_of_an_input_requiring_grad(x):
     return x.detach()
+
+
+@program(call(randn(3), randn(3), ints(3)), call(randn(4), randn(4), ints(4)), call(randn(1), randn(1), ints(1)),
+         graphs=1, breaks=0)
+def out_arguments_return_and_write_the_input(x, out, other):
+    returned = torch.mul(x.sin(), 2, out=out)      # the same object comes back, already written
+    seen = out.sum()
+    torch.add(x, returned, alpha=2, out=other)     # reads one written input, writes another
+    return returned is out, seen, out * 1, other + 0
