@@ -29,6 +29,7 @@ from ember.lower.lowering import lower_graph
 from ember.lower.split_reductions import split_reductions
 from ember.lower.scheduler import Schedule, schedule
 from ember.prims.functionalize import RunEagerly
+from ember.symbolic import is_symbolic
 
 
 # What the compiler needs to know of one graph input: a tensor's metadata, or the Python type
@@ -89,7 +90,7 @@ def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOpt
         if not triton_build.interpreted():
             triton_build.start_compile_workers()     # up by the time the kernels are generated
     try:
-        prim_graph = to_prim_graph(graph)
+        prim_graph = to_prim_graph(graph, specs)
         if needs_autodiff(specs):
             from ember.autodiff.training import EagerAutograd, compile_training
             try:
@@ -125,8 +126,9 @@ def _device_of(specs: list[InputSpec]) -> torch.device:
     return torch.device("cpu")
 
 
-def to_prim_graph(graph: Graph) -> Graph:
-    """Decompose to primitives (prims/), unless the graph already is prim-level."""
+def to_prim_graph(graph: Graph, specs: list[InputSpec] | None = None) -> Graph:
+    """Decompose to primitives (prims/), unless the graph already is prim-level.  ``specs``
+    replace the placeholders' metadata (symbolic sizes)."""
     from ember.prims.primitives import is_prim
     if all(is_prim(n.target) for n in graph.call_nodes()):
         return graph          # already prim-level (hand-built graphs in tests)
@@ -135,7 +137,7 @@ def to_prim_graph(graph: Graph) -> Graph:
     except ImportError:
         return graph          # no decompositions: every torch op becomes an Extern
     try:
-        return to_primitives(graph)
+        return to_primitives(graph, specs)
     except CompileError:
         raise
     except Exception as exc:
@@ -184,6 +186,7 @@ def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], option
     extra = dict(prim_graph.extra)
     extra["_input_is_tensor"] = [isinstance(s, TensorMeta) for s in specs]
     extra["_input_on_host"] = [isinstance(s, TensorMeta) and s.device.type == "cpu" for s in specs]
+    extra["_size_symbols"] = size_symbols(specs)
     extra["_output_metas"] = [o.meta if hasattr(o, "meta") and isinstance(o.meta, TensorMeta) else None
                               for o in prim_graph.outputs]
     param_names = [p.name for p in prim_graph.placeholders]
@@ -195,20 +198,36 @@ def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], option
     return CompiledGraph(call, "kernels", source, len(sched.kernels), len(sched.externs), sched)
 
 
+def size_symbols(specs: list[InputSpec]) -> dict[str, tuple[int, int]]:
+    """Each size symbol of symbolic input specs -> (input position, dim) it is read from."""
+    found: dict[str, tuple[int, int]] = {}
+    for position, spec in enumerate(specs):
+        if not isinstance(spec, TensorMeta):
+            continue
+        for dim, size in enumerate(spec.shape):
+            if is_symbolic(size) and size.expr.is_Symbol:
+                found.setdefault(str(size.expr), (position, dim))
+    return found
+
+
 def _build_cpp(sched: Schedule) -> tuple[dict[str, tuple[Callable, list[str]]], str]:
     from ember.codegen.cpp import checks_indices, generate_cpp, kernel_arguments
     from ember.runtime import cpp_build
     if not sched.kernels:
         return {}, ""
-    source = generate_cpp(sched)
+    size_args: dict[str, list[str]] = {}
+    source = generate_cpp(sched, size_args)
     so_path = cpp_build.build(source)
     lib = cpp_build.load(so_path)
     launchers = {}
     for kernel in sched.kernels:
         args = kernel_arguments(kernel)
         checked = checks_indices(kernel)
-        launch = cpp_build.load_function(lib, kernel.name, len(args) + checked)
+        sizes = size_args.get(kernel.name, [])
+        launch = cpp_build.load_function(lib, kernel.name, len(args), len(sizes), checked)
         if checked:
             launch = cpp_build.index_checked(launch)
+        if sizes:
+            launch = cpp_build.with_size_arguments(launch, sizes)
         launchers[kernel.name] = (launch, args)
     return launchers, f"// {so_path}\n{source}"

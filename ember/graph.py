@@ -103,6 +103,20 @@ def contiguous_strides(shape: Iterable[Size]) -> tuple[Size, ...]:
     return tuple(reversed(strides))
 
 
+def dense_strides_like(shape: Sequence[Size], example_shape: Sequence[int], example_stride: Sequence[int]
+                       ) -> tuple[Size, ...]:
+    """Strides of a dense layout of ``shape`` whose dims are ordered as in a dense example layout
+    (its sizes may be symbolic; size-1 dims keep the example's stride)."""
+    order = sorted(range(len(shape)), key=lambda d: (example_stride[d], example_shape[d]))   # fastest first
+    strides: list[Size] = list(example_stride)
+    running: Size = 1
+    for d in order:
+        if example_shape[d] != 1:
+            strides[d] = running
+        running = running * shape[d]
+    return tuple(strides)
+
+
 def is_dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
     """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free)."""
     expected = 1

@@ -38,6 +38,7 @@ from ember.errors import CompileError
 from ember.graph import tree_map
 from ember.lower import ir
 from ember.lower.scheduler import BufferPlan, ExternCall, Schedule
+from ember.symbolic import python_code
 
 
 class WrapperSource:
@@ -80,6 +81,8 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     else:
         lines.append(f"def call({', '.join(param_names)}):")
     _emit_alias_check(out, param_names, graph_extra)
+    for symbol, (position, dim) in graph_extra.get("_size_symbols", {}).items():
+        lines.append(f"    {symbol} = {param_names[position]}.shape[{dim}]")
     expr_of: dict[str, str] = {}            # buffer name -> Python expression holding the tensor
     for name, plan in sched.buffers.items():
         if plan.kind == "input":
@@ -126,12 +129,12 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
                 lines.append(f"    {name} = {plan.allocation}  # reuses the dead buffer {plan.allocation}")
             elif plan.allocation != name and plan.allocation in allocated:
                 # same numel and dtype; externs see the tensor, so give it this buffer's shape
-                lines.append(f"    {name} = {plan.allocation}.as_strided({plan.shape!r}, {plan.stride!r})"
+                lines.append(f"    {name} = {plan.allocation}.as_strided({sizes(plan.shape)}, {sizes(plan.stride)})"
                              f"  # reuses the dead buffer {plan.allocation}")
             elif name in persistent:
                 lines.append(f"    {name} = {name}_storage")
             else:
-                lines.append(f"    {name} = torch.empty_strided({plan.shape!r}, {plan.stride!r}, "
+                lines.append(f"    {name} = torch.empty_strided({sizes(plan.shape)}, {sizes(plan.stride)}, "
                              f"dtype={plan.dtype}, device={dev})")
             allocated.add(name)
             expr_of[name] = name
@@ -145,6 +148,7 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
             ptrs = ", ".join(by_value[a] if a in scalars else expr_of[a] for a in arg_names)
         else:
             ptrs = ", ".join(f"{expr_of[a]}.data_ptr()" for a in arg_names)
+        ptrs += "".join(f", {name}" for name in getattr(launcher, "size_arguments", ()))
         lines.append(f"    {fn}({ptrs})  # {', '.join(step.fused_ops[:6])}{' ...' if len(step.fused_ops) > 6 else ''}")
     if sched.steps and releases.get(len(sched.steps) - 1):
         lines.append(f"    del {', '.join(releases[len(sched.steps) - 1])}")
@@ -153,7 +157,8 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
         if isinstance(value, str):
             results.append(expr_of[value])
         elif isinstance(value, ir.OutputView):
-            results.append(f"{expr_of[value.base]}.as_strided({value.shape!r}, {value.stride!r}, {value.storage_offset!r})")
+            results.append(f"{expr_of[value.base]}.as_strided({sizes(value.shape)}, {sizes(value.stride)}, "
+                           f"{sizes(value.storage_offset)})")
         else:
             results.append(repr(value) if isinstance(value, (int, float, bool, type(None))) else out.bind("const", value))
     # functionalized mutation: write the new values back into the caller's tensors
@@ -164,12 +169,20 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     for output_index, placeholder_index in graph_extra.get("output_aliases", {}).items():
         meta = metas[output_index] if output_index < len(metas) else None
         if meta is not None:
-            results[output_index] = (f"{param_names[placeholder_index]}.as_strided({tuple(meta.shape)!r}, "
-                                     f"{tuple(meta.stride)!r}, {meta.storage_offset!r})")
+            results[output_index] = (f"{param_names[placeholder_index]}.as_strided({sizes(meta.shape)}, "
+                                     f"{sizes(meta.stride)}, {sizes(meta.storage_offset)})")
     _apply_output_sources(out, results, param_names, graph_extra)
     returned = results[:num_user]
     lines.append(f"    return ({''.join(r + ', ' for r in returned)})")
     return "\n".join(lines) + "\n", out.globals
+
+
+def sizes(value: Any) -> str:
+    """Python source of a size, or a tuple of sizes, that may be symbolic (read from the inputs)."""
+    if isinstance(value, (tuple, list)):
+        items = [python_code(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    return python_code(value)
 
 
 def _emit_alias_check(out: WrapperSource, param_names: list[str], graph_extra: dict[str, Any]) -> None:
@@ -212,7 +225,7 @@ def _apply_output_sources(out: WrapperSource, results: list[str], param_names: l
             results[index] = param_names[source[1]]
         elif source[0] == "input_view":
             _, position, shape, stride, offset = source
-            results[index] = f"{param_names[position]}.as_strided({tuple(shape)!r}, {tuple(stride)!r}, {offset!r})"
+            results[index] = f"{param_names[position]}.as_strided({sizes(shape)}, {sizes(stride)}, {sizes(offset)})"
     for index in sorted(sources):
         source = sources[index]
         if source[0] != "view":
@@ -222,8 +235,8 @@ def _apply_output_sources(out: WrapperSource, results: list[str], param_names: l
         if results[base] != base_name:
             out.lines.append(f"    {base_name} = {results[base]}")
             results[base] = base_name
-        out.lines.append(f"    _output{index} = {base_name}.as_strided({tuple(shape)!r}, {tuple(stride)!r}, "
-                         f"{base_name}.storage_offset() + {offset!r})")
+        out.lines.append(f"    _output{index} = {base_name}.as_strided({sizes(shape)}, {sizes(stride)}, "
+                         f"{base_name}.storage_offset() + {sizes(offset)})")
         results[index] = f"_output{index}"
     for index in graph_extra.get("detached_outputs", ()):   # eager's x.detach(): a view without autograd
         if index in sources and sources[index][0] in ("input_view", "view"):

@@ -49,6 +49,8 @@ from typing import Any
 
 import torch
 
+from ember.symbolic import SymInt, as_size
+
 # ============================================================ index expressions
 
 
@@ -127,7 +129,7 @@ class Index:
             const += _merge_div_mod(merged)
         self.terms: tuple[tuple[Atom, int], ...] = tuple(
             sorted(((a, c) for a, c in merged.items() if c != 0), key=lambda t: _atom_order(t[0])))
-        self.const = int(const)
+        self.const = as_size(const)
         self._hash = hash((self.terms, self.const))
 
     # ---- structure
@@ -179,7 +181,7 @@ class Index:
         return self + as_index(other) * -1
 
     def __mul__(self, k: int) -> Index:
-        assert isinstance(k, int), "index expressions are affine: multiply by constants only"
+        assert isinstance(k, (int, SymInt)), "index expressions are affine: multiply by constants only"
         return Index(((a, c * k) for a, c in self.terms), self.const * k)
 
     __rmul__ = __mul__
@@ -192,7 +194,7 @@ class Index:
         return Index(q_terms, self.const // d), Index(r_terms, self.const % d)
 
     def __floordiv__(self, d: int) -> Index:
-        assert isinstance(d, int) and d > 0
+        assert isinstance(d, (int, SymInt)) and d > 0
         if d == 1:
             return self
         quotient, rest = self._split(d)
@@ -214,7 +216,9 @@ class Index:
 
     def _common_factor(self, d: int) -> tuple[Index, int] | None:
         """Find g | d with self = g*big + small, 0 <= small < g: then (self // d) = big // (d/g)."""
-        for g in sorted({math.gcd(d, c) for _, c in self.terms}, reverse=True):
+        if isinstance(d, SymInt):
+            return None
+        for g in sorted({math.gcd(d, c) for _, c in self.terms if isinstance(c, int)}, reverse=True):
             if g <= 1:
                 continue
             big = [(a, c // g) for a, c in self.terms if c % g == 0]
@@ -225,7 +229,7 @@ class Index:
         return None
 
     def __mod__(self, d: int) -> Index:
-        assert isinstance(d, int) and d > 0
+        assert isinstance(d, (int, SymInt)) and d > 0
         if d == 1:
             return Index()
         _, rest = self._split(d)
@@ -314,7 +318,7 @@ def as_index(value: Index | Atom | int) -> Index:
         return value
     if isinstance(value, Atom):
         return Index(((value, 1),))
-    return Index((), int(value))
+    return Index((), as_size(value))
 
 
 def index(atom: Atom) -> Index:
@@ -327,20 +331,20 @@ def const_index(value: int) -> Index:
 
 def make_vars(prefix: str, sizes: Iterable[int]) -> tuple[Var, ...]:
     """Loop variables x0, x1, ... (or r0, r1, ...) for the given sizes."""
-    return tuple(Var(f"{prefix}{i}", int(s)) for i, s in enumerate(sizes))
+    return tuple(Var(f"{prefix}{i}", as_size(s)) for i, s in enumerate(sizes))
 
 
 def linearize(indices: Iterable[Index], sizes: Iterable[int]) -> Index:
     """Row-major flat index of a multi-dim index."""
     flat = const_index(0)
     for idx, size in zip(indices, sizes):
-        flat = flat * int(size) + idx
+        flat = flat * as_size(size) + idx
     return flat
 
 
 def delinearize(flat: Index, sizes: Iterable[int]) -> tuple[Index, ...]:
     """Multi-dim index of a row-major flat index (the inverse of linearize)."""
-    sizes = tuple(int(s) for s in sizes)
+    sizes = tuple(as_size(s) for s in sizes)
     if 0 in sizes:  # no element: the loop never reaches this index (and there is no size to divide by)
         return tuple(const_index(0) for _ in sizes)
     out = []
@@ -712,7 +716,7 @@ def contiguous_strides(shape: Iterable[int]) -> tuple[int, ...]:
     strides, running = [], 1
     for size in reversed(tuple(shape)):
         strides.append(running)
-        running *= max(int(size), 1)
+        running *= max(as_size(size), 1)
     return tuple(reversed(strides))
 
 
@@ -725,7 +729,7 @@ def strided_layout(index: tuple[Index, ...], vars_: tuple[Var, ...], base_shape:
     flat = const_index(0)
     for idx, size, stride in zip(index, base_shape, base_stride):
         if size != 1:
-            flat = flat + idx * int(stride)
+            flat = flat + idx * as_size(stride)
     coefficients = dict(flat.terms)
     if any(not isinstance(atom, Var) or atom not in vars_ for atom in coefficients):
         return None

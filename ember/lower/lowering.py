@@ -19,6 +19,7 @@ from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, dense_in_order, is_dense, tree_leaves, tree_map
 from ember.lower import ir, lower_indexing
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
+from ember.symbolic import as_size
 from ember.prims.primitives import BINARY, UNARY, Prim, is_prim
 
 Loader = Callable[[tuple[Index, ...]], Expr]
@@ -30,7 +31,7 @@ class TensorValue:
     __slots__ = ("dtype", "loader", "node_name", "shape")
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, loader: Loader, node_name: str | None = None):
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(as_size(s) for s in shape)
         self.dtype = dtype
         self.loader = loader
         self.node_name = node_name  # set when this value *is* a loop node (not a view of one)
@@ -108,7 +109,7 @@ class _Lowering:
                     not (name == prefix or name.startswith(prefix)) or tuple(meta.shape) != loop.shape or \
                     not all(isinstance(st, int) for st in meta.stride):
                 continue
-            stride = tuple(int(st) for st in meta.stride)
+            stride = tuple(as_size(st) for st in meta.stride)
             if stride != ir.contiguous_strides(loop.shape) and is_dense(loop.shape, stride):
                 self.layouts[name] = stride
             elif self.channels_last and isinstance(loop, ir.Pointwise) and self.reads_channels_last(loop):
@@ -155,7 +156,7 @@ class _Lowering:
             else:
                 return example
         return self.add(ir.InputBuffer(node.name, tuple(meta.shape), meta.dtype, tuple(meta.stride),
-                                       int(meta.storage_offset), position))
+                                       as_size(meta.storage_offset), position))
 
     # -------------------------------------------------------------- calls
     def lower_call(self, node: Node) -> Any:
@@ -198,10 +199,10 @@ class _Lowering:
             meta = self.convolution_output_layout(args, meta)
         if isinstance(meta, TensorMeta):
             return self.add(ir.ExternOutput(f"{name}_out", tuple(meta.shape), meta.dtype, name, None,
-                                            tuple(meta.stride), int(meta.storage_offset)))
+                                            tuple(meta.stride), as_size(meta.storage_offset)))
         if isinstance(meta, (tuple, list)):
             return tuple(self.add(ir.ExternOutput(f"{name}_out{i}", tuple(m.shape), m.dtype, name, i,
-                                                  tuple(m.stride), int(m.storage_offset)))
+                                                  tuple(m.stride), as_size(m.storage_offset)))
                          if isinstance(m, TensorMeta) else None for i, m in enumerate(meta))
         if meta is None and fn in _SCALAR_EXTERNS:
             # a Python number computed at run time (the Philox seed): kernels read it as a 0-dim tensor
@@ -350,7 +351,7 @@ class _Lowering:
         shape, strides = layout
         channels_last = _dense_like(shape, strides)
         if _is_channels_last(shape, channels_last) and not dense_in_order(shape, strides, (0, 1, 2, 3)):
-            return dataclasses.replace(meta, stride=_channels_last_strides(tuple(int(s) for s in meta.shape)))
+            return dataclasses.replace(meta, stride=_channels_last_strides(tuple(as_size(s) for s in meta.shape)))
         return meta
 
     def drop_all_true_mask(self, fn: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
@@ -424,7 +425,7 @@ class _Lowering:
             strides = _assumed_strides(base, self.layouts)
             flat = ir.const_index(0)
             for idx, size, stride in zip(load.index, base.shape, strides):
-                flat = flat + idx * int(stride) if size != 1 else flat
+                flat = flat + idx * as_size(stride) if size != 1 else flat
             start = flat.substitute(origin)
             for var in vars_:
                 step = flat.substitute({**origin, var: ir.const_index(1)}) if var.size > 1 else None
@@ -743,7 +744,7 @@ def _view(value: TensorValue, shape: tuple[int, ...], index_map: Callable[[tuple
 
 
 def _reshape(self: _Lowering, node: Node, x: TensorValue, shape: Any) -> TensorValue:
-    new_shape = tuple(int(s) for s in _meta(node).shape)
+    new_shape = tuple(as_size(s) for s in _meta(node).shape)
     return _view(x, new_shape, lambda idx: reshape_index(idx, new_shape, x.shape))
 
 
@@ -788,7 +789,7 @@ def _permute(self: _Lowering, node: Node, x: TensorValue, dims: Any) -> TensorVa
 
 
 def _expand(self: _Lowering, node: Node, x: TensorValue, shape: Any) -> TensorValue:
-    new_shape = tuple(int(s) for s in _meta(node).shape)
+    new_shape = tuple(as_size(s) for s in _meta(node).shape)
     lead = len(new_shape) - len(x.shape)
     return _view(x, new_shape, lambda idx: tuple(
         ir.const_index(0) if x.shape[k] == 1 and new_shape[lead + k] != 1 else idx[lead + k]
@@ -796,15 +797,15 @@ def _expand(self: _Lowering, node: Node, x: TensorValue, shape: Any) -> TensorVa
 
 
 def _slice(self: _Lowering, node: Node, x: TensorValue, dim: int, start: int, end: int, step: int = 1) -> TensorValue:
-    new_shape = tuple(int(s) for s in _meta(node).shape)
+    new_shape = tuple(as_size(s) for s in _meta(node).shape)
     dim = dim % len(x.shape)
-    return _view(x, new_shape, lambda idx: idx[:dim] + (idx[dim] * int(step) + int(start),) + idx[dim + 1:])
+    return _view(x, new_shape, lambda idx: idx[:dim] + (idx[dim] * as_size(step) + as_size(start),) + idx[dim + 1:])
 
 
 def _as_strided(self: _Lowering, node: Node, x: TensorValue, size: Any, stride: Any, storage_offset: int = 0) -> TensorValue:
     meta = _meta(node)
-    size, stride = tuple(int(s) for s in meta.shape), tuple(int(s) for s in meta.stride)
-    offset = int(meta.storage_offset)
+    size, stride = tuple(as_size(s) for s in meta.shape), tuple(as_size(s) for s in meta.stride)
+    offset = as_size(meta.storage_offset)
     base = self.nodes.get(x.node_name) if x.node_name else None
     if isinstance(base, ir.InputBuffer) and base.alias_of is None:
         # index the input's storage directly, relative to its data pointer
@@ -887,7 +888,7 @@ def _var_mean(self: _Lowering, node: Node, x: TensorValue, dims: Any, correction
 
 # ================================================================= creation
 def _iota(self: _Lowering, node: Node, length: int, start: int, step: int, dtype: torch.dtype, device: Any) -> TensorValue:
-    return self.pointwise(node, (int(length),), dtype, lambda idx: IndexValue(idx[0] * int(step) + int(start), dtype)
+    return self.pointwise(node, (as_size(length),), dtype, lambda idx: IndexValue(idx[0] * as_size(step) + as_size(start), dtype)
                           if isinstance(step, int) and isinstance(start, int) else
                           Op("add", (Op("mul", (IndexValue(idx[0], dtype), Const(step, dtype)), dtype),
                                      Const(start, dtype)), dtype))

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, is_dense, target_name, tree_leaves, tree_map
+from ember.graph import Graph, Node, TensorMeta, dense_strides_like, is_dense, target_name, tree_leaves, tree_map
+from ember.symbolic import hint_of, is_symbolic
 from ember.prims import functionalize as F
 from ember.prims import ops
 from ember.prims import primitives
@@ -41,15 +42,17 @@ def _mutates_first_argument(node: Node) -> bool:
         node.target in _SETITEM or bool(node.kwargs.get("inplace")) or name.startswith("__i"))
 
 
-def to_primitives(graph: Graph) -> Graph:
-    """A new graph computing the same outputs with Prims and functional Externs only."""
+def to_primitives(graph: Graph, input_metas: list | None = None) -> Graph:
+    """A new graph computing the same outputs with Prims and functional Externs only.
+    ``input_metas`` replace the placeholders' metas (symbolic sizes: dynamic shapes)."""
     from ember.prims import decompositions  # noqa: F401  (fills the table)
-    return _Converter(graph).run()
+    return _Converter(graph, input_metas).run()
 
 
 class _Converter:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, input_metas: list | None = None) -> None:
         self.graph = graph
+        self.input_metas = input_metas
         self.new = Graph()
         self.emitter = Emitter(self.new, mutate_hook=self._mutate)
         self.env: dict[Node, Any] = {}
@@ -77,11 +80,14 @@ class _Converter:
         return self.new
 
     def _placeholder(self, node: Node) -> None:
-        placeholder = self.new.placeholder(node.name, node.meta)
-        placeholder.extra = dict(node.extra)
         index = len(self.roots)
-        if isinstance(node.meta, TensorMeta):
-            alias = F.new_root(Value(placeholder, node.meta), placeholder_index=index)
+        meta = node.meta
+        if self.input_metas is not None and isinstance(self.input_metas[index], TensorMeta):
+            meta = self.input_metas[index]
+        placeholder = self.new.placeholder(node.name, meta)
+        placeholder.extra = dict(node.extra)
+        if isinstance(meta, TensorMeta):
+            alias = F.new_root(Value(placeholder, meta), placeholder_index=index)
             self.roots.append(alias.root)
             self.env[node] = alias
         else:  # a runtime Python scalar
@@ -171,6 +177,15 @@ class _Converter:
                 target.kind not in ("elementwise", "reduction"):
             return
         current = result.meta
+        if any(is_symbolic(v) for v in current.shape + current.stride):
+            # dynamic shapes: capture's metas hold the hints; eager's dim order, with our sizes
+            if tuple(hint_of(v) for v in current.shape) != tuple(meta.shape) or meta.dtype != current.dtype or \
+                    not _dense(meta) or tuple(hint_of(v) for v in current.stride) == tuple(meta.stride):
+                return
+            new_meta = dataclasses.replace(current, stride=dense_strides_like(current.shape, meta.shape, meta.stride))
+            result.meta = new_meta
+            result.node.meta = new_meta
+            return
         if tuple(meta.stride) == tuple(current.stride) or tuple(meta.shape) != tuple(current.shape) or \
                 meta.dtype != current.dtype or not _dense(meta):
             return

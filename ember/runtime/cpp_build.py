@@ -189,12 +189,27 @@ def load(so_path: str) -> ctypes.CDLL:
     return lib
 
 
-def load_function(lib: ctypes.CDLL, name: str, num_args: int):
-    """A ctypes function taking ``num_args`` raw pointers (passed as Python ints)."""
+def load_function(lib: ctypes.CDLL, name: str, num_pointers: int, num_sizes: int = 0, error_record: bool = False):
+    """A ctypes function taking raw pointers (Python ints), then int64 sizes (dynamic shapes),
+    then the error record's pointer."""
     fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p] * num_args
+    fn.argtypes = [ctypes.c_void_p] * num_pointers + [ctypes.c_int64] * num_sizes + \
+        [ctypes.c_void_p] * error_record
     fn.restype = None
     return fn
+
+
+def with_size_arguments(launch: Callable[..., None], names: list[str]) -> Callable[..., None]:
+    """Mark a launcher as taking the size symbols ``names`` after its pointers: the host program
+    passes their values (read from the inputs at each call)."""
+    try:
+        launch.size_arguments = tuple(names)
+        return launch
+    except AttributeError:
+        def launch_with_sizes(*arguments: int) -> None:
+            launch(*arguments)
+        launch_with_sizes.size_arguments = tuple(names)
+        return launch_with_sizes
 
 
 def index_checked(launch: Callable[..., None]) -> Callable[..., None]:

@@ -147,8 +147,8 @@ def test_layer_norm_weight_gradient(monkeypatch):
     sources: list[str] = []
     generate = cpp.generate_cpp
 
-    def recording(sched):       # the backward compiles at .backward(), outside CompiledGraph.source
-        source = generate(sched)
+    def recording(sched, *rest):       # the backward compiles at .backward(), outside CompiledGraph.source
+        source = generate(sched, *rest)
         sources.append(source)
         return source
     monkeypatch.setattr(cpp, "generate_cpp", recording)

@@ -24,8 +24,8 @@ def record_generated(monkeypatch) -> list[str]:
     sources: list[str] = []
     generate = cpp.generate_cpp
 
-    def recording(sched):
-        source = generate(sched)
+    def recording(sched, *rest):
+        source = generate(sched, *rest)
         sources.append(source)
         return source
     monkeypatch.setattr(cpp, "generate_cpp", recording)
