@@ -413,6 +413,8 @@ def get_attr(tx: Any, obj: V.Value, name: str) -> V.Value:
     if isinstance(obj, V.DataclassValue):
         if name in obj.fields:
             return obj.fields[name]
+        if name == "__class__":  # the class itself, not object.__class__ (a descriptor)
+            return V.ObjectValue(obj.cls)
         return _class_attribute(tx, obj, obj.cls, name)
     if isinstance(obj, (V.TupleValue, V.ListValue, V.DictValue, V.SetValue)):
         if not hasattr(obj.python_type(), name):

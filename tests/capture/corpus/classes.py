@@ -168,6 +168,12 @@ class Pair:
     second: int
 
 
+@dataclasses.dataclass
+class OtherPair:
+    first: int
+    second: int
+
+
 @program(call(randn(3), randn(3)), call(randn(2), randn(2)), call(randn(4), randn(4)), graphs=1, breaks=0)
 def operator_protocol_reflected_inplace_compare(a, b):
     m, e = Money(a), Euro(b)
@@ -177,7 +183,8 @@ def operator_protocol_reflected_inplace_compare(a, b):
     alias = acc
     acc += 1.0                            # __iadd__ mutates in place: alias sees it
     flags = (m < Money(a * 2), e < m, m == m, m != Money(a), Pair(1, 2) == Pair(1, 2), Pair(1, 2) != Pair(2, 1),
-             (1, m) == (1, m), [m] == [Money(a)], {"k": m} == {"k": m})
+             (1, m) == (1, m), [m] == [Money(a)], {"k": m} == {"k": m}, Pair(1, 2) == OtherPair(1, 2),
+             Pair(1, 2).__class__ is Pair)
     return total.amount, type(mixed).__name__, mixed.amount, alias.amount, flags, abs(m).amount, ~m
 
 
