@@ -20,12 +20,15 @@ with ``python_code`` / ``c_code``.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
 import os
 import sys
+import threading
 from fractions import Fraction
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import sympy
@@ -95,10 +98,17 @@ class ShapeEnv:
 
     def statically_known(self, lhs: Any, op: str, rhs: Any = 0) -> bool | None:
         """True/False when the ranges decide ``lhs op rhs`` for every size, else None."""
-        diff = sympy.expand(_expr(lhs) - _expr(rhs))
+        raw = _expr(lhs) - _expr(rhs)
+        diff = sympy.expand(raw)
         if diff.is_Number:
             return _COMPARE[op](diff, 0)
+        # bounds of a sum of products are loose (s0*s1 - s0 spans everything); a product form is tight
         lo, hi = _bounds(diff, self.ranges)
+        for form in (raw, sympy.factor(diff)):
+            if lo > 0 or hi < 0 or (lo >= 0 and op in ("<", ">=")) or (hi <= 0 and op in ("<=", ">")):
+                break
+            flo, fhi = _bounds(form, self.ranges)
+            lo, hi = max(lo, flo), min(hi, fhi)
         if op == "==":
             return False if (lo > 0 or hi < 0) else None
         if op == "!=":
@@ -141,6 +151,8 @@ class ShapeEnv:
     def specialize(self, value: Any, reason: str = "") -> int:
         """The hint of ``value``, guarded equal to it (code that needs a plain int)."""
         hint = self.hint(value)
+        if os.environ.get("EMBER_SYMBOLIC_STRICT"):     # debugging: where does a size get pinned?
+            raise AssertionError(f"size {value} specialized: {reason}")
         if not self.decide(value, "==", hint, reason or "specialized"):
             raise AssertionError("a hint differs from itself")
         self.specialized.append(f"{value} = {hint}: {reason} at {_caller()}")
@@ -321,7 +333,7 @@ class SymInt:
         return float(self.env.specialize(self, "float()"))
 
     def __str__(self) -> str:
-        return python_code(self.expr)
+        return c_code(self.expr) if getattr(_PRINTING, "c", False) else python_code(self.expr)
 
     def __repr__(self) -> str:
         return f"SymInt({self})"
@@ -339,6 +351,15 @@ def floordiv(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
     if quotient.is_integer:
         return quotient
     return sympy.floor(a / b)
+
+
+def exact_quotient(a: Any, b: Any) -> Any:
+    """a / b when b divides a for every value of the symbols (``(4 * s0) / s0`` is 4), else None."""
+    if not isinstance(a, SymInt) and not isinstance(b, SymInt):
+        return a // b if a % b == 0 else None
+    env = a.env if isinstance(a, SymInt) else b.env
+    quotient = sympy.cancel(_expr(a) / _expr(b))
+    return SymInt.of(quotient, env) if quotient.is_integer else None
 
 
 def is_symbolic(value: Any) -> bool:
@@ -361,6 +382,20 @@ def free_symbols(*values: Any) -> set[sympy.Symbol]:
 
 
 # ------------------------------------------------------------------ printing
+_PRINTING = threading.local()
+
+
+@contextlib.contextmanager
+def printing_c() -> Iterator[None]:
+    """``str()`` of sizes prints C++ inside (the C++ generator's f-strings)."""
+    before = getattr(_PRINTING, "c", False)
+    _PRINTING.c = True
+    try:
+        yield
+    finally:
+        _PRINTING.c = before
+
+
 def python_code(value: Any, names: Callable[[sympy.Symbol], str] = str) -> str:
     """Python (and Triton) source for a size expression; ``names`` maps symbols to variables."""
     return _print(_expr(value), names, "//")
@@ -377,7 +412,8 @@ def _print(expr: sympy.Expr, names: Callable[[sympy.Symbol], str], div: str) -> 
     if expr.is_Symbol:
         return names(expr)
     if expr.is_Add:
-        terms = sorted(expr.args, key=lambda t: (t.is_Number, t.as_coeff_Mul()[0] < 0, sympy.default_sort_key(t)))
+        terms = sorted(expr.args, key=lambda t: (bool(t.is_Number), bool(t.as_coeff_Mul()[0] < 0),
+                                                 sympy.default_sort_key(t)))
         text = _print(terms[0], names, div)
         for term in terms[1:]:
             coeff, rest = term.as_coeff_Mul()
@@ -396,14 +432,14 @@ def _print(expr: sympy.Expr, names: Callable[[sympy.Symbol], str], div: str) -> 
         return "*".join(factors) if len(factors) > 1 else factors[0]
     if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
         return "*".join([_print(expr.base, names, div)] * int(expr.exp))
-    if isinstance(expr, sympy.floor) and expr.args[0].is_Mul:
+    if isinstance(expr, sympy.floor) and (expr.args[0].is_Mul or expr.args[0].is_Add):
         numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
-        return f"({_print(numerator, names, div)} {div} {_print(denominator, names, div)})"
-    if isinstance(expr, sympy.floor) and expr.args[0].is_Add:
-        numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
-        return f"({_print(sympy.expand(numerator), names, div)} {div} {_print(denominator, names, div)})"
+        a, b = _print(sympy.expand(numerator), names, div), _print(denominator, names, div)
+        # C's / and % truncate: Python's floor semantics through the prelude's helpers
+        return f"({a} // {b})" if div == "//" else f"ember_floordiv({a}, {b})"
     if isinstance(expr, sympy.Mod):
-        return f"({_print(expr.args[0], names, div)} % {_print(expr.args[1], names, div)})"
+        a, b = _print(expr.args[0], names, div), _print(expr.args[1], names, div)
+        return f"({a} % {b})" if div == "//" else f"ember_mod({a}, {b})"
     if isinstance(expr, (sympy.Max, sympy.Min)):
         function = ("max" if isinstance(expr, sympy.Max) else "min") if div == "//" else \
             ("std::max<int64_t>" if isinstance(expr, sympy.Max) else "std::min<int64_t>")

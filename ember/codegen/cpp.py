@@ -28,7 +28,7 @@ from ember.codegen.cpp_rows import RowCache, private_buffers
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
-from ember.symbolic import as_size
+from ember.symbolic import as_size, c_code, hint_of, is_symbolic, printing_c
 from ember.lower.lower_indexing import has_index_check
 from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, LoopStep, Schedule
 
@@ -67,7 +67,8 @@ def generate_cpp(sched: Schedule, size_args: dict[str, list[str]] | None = None)
     for kernel in sched.kernels:
         mine = {name for name, writer in private.items() if writer == kernel.name}
         printer = KernelPrinter(kernel, sched.buffers, mine)
-        parts.append(printer.render())
+        with printing_c():
+            parts.append(printer.render())
         if size_args is not None:
             size_args[kernel.name] = printer.size_args
     return "\n".join(parts)
@@ -142,6 +143,7 @@ class KernelPrinter:
         self.tmp_counter = 0
         self.registers: dict[str, str] = {}     # reduction name -> C variable holding its result
         self.size_args: list[str] = []
+        self.parallel_if = ""       # an OpenMP if() clause: symbolic sizes fork only when the work is big
         self.scopes: list[dict[Expr, str]] = []
         self.float_to_int = False               # a float -> integer cast is printed (see render)
 
@@ -166,7 +168,10 @@ class KernelPrinter:
             self.lines.append("  // zero-size: nothing to do")
             self.lines.append("}")
             return "\n".join(self.lines) + "\n"
-        parallel = work >= PARALLEL_THRESHOLD
+        if is_symbolic(work):   # dynamic shapes: whether to fork is decided per call
+            parallel, self.parallel_if = True, f" if({c_code(work)} >= {PARALLEL_THRESHOLD})"
+        else:
+            parallel = work >= PARALLEL_THRESHOLD
         if is_column_reduction(k, self.buffers):
             self.emit_column_reduction(parallel)
         else:
@@ -213,13 +218,13 @@ class KernelPrinter:
         nest = outer[:-1] if simd_last else outer
         if nest and parallel:
             collapse = f" collapse({len(nest)})" if len(nest) > 1 else ""
-            self.emit(depth, f"#pragma omp parallel for{collapse}")
+            self.emit(depth, f"#pragma omp parallel for{collapse}{self.parallel_if}")
         for var in nest:
             self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
             depth += 1
         if simd_last:
             last = outer[-1]
-            pragma = "#pragma omp parallel for simd" if parallel and not nest else "#pragma omp simd"
+            pragma = f"#pragma omp parallel for simd{self.parallel_if}" if parallel and not nest else "#pragma omp simd"
             self.emit(depth, pragma)
             self.emit(depth, f"for (int64_t {last.name} = 0; {last.name} < {last.size}; ++{last.name}) {{")
             depth += 1
@@ -263,7 +268,8 @@ class KernelPrinter:
         simd_ok = not has_arg and all(r.reduction_type in ("sum", "max", "min", "prod") or
                                       r.reduction_type.startswith("welford") for r in reductions)
         reduction_clause = (" reduction(" + ") reduction(".join(clauses) + ")") if clauses else ""
-        parallel_inner = parallel_reduce and not step.stores and k.inner_numel >= PARALLEL_THRESHOLD
+        # a heuristic only (any answer is correct): symbolic sizes decide it at their hints
+        parallel_inner = parallel_reduce and not step.stores and hint_of(k.inner_numel) >= PARALLEL_THRESHOLD
         depth = self.open_inner_loops(depth, reduction_clause if simd_ok else None, parallel_inner and simd_ok)
         self.scopes.append({})
         for red, acc in accumulators:
@@ -291,9 +297,10 @@ class KernelPrinter:
             innermost, outermost = i == len(inner) - 1, i == 0
             if simd_clause is not None:
                 if innermost and outermost:
-                    self.emit(depth, f"#pragma omp {'parallel for simd' if parallel else 'simd'}{simd_clause}")
+                    self.emit(depth, f"#pragma omp {'parallel for simd' if parallel else 'simd'}{simd_clause}"
+                                     f"{self.parallel_if if parallel else ''}")
                 elif outermost and parallel:
-                    self.emit(depth, f"#pragma omp parallel for{simd_clause}")
+                    self.emit(depth, f"#pragma omp parallel for{simd_clause}{self.parallel_if}")
                 elif innermost:
                     self.emit(depth, f"#pragma omp simd{simd_clause}")
             self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
@@ -379,8 +386,11 @@ class KernelPrinter:
                 if red.reduction_type == "welford_mean":
                     result = mean
                 else:
-                    denom = max(n - red.correction, 0)
-                    result = f"{base}_m2 / {acc_type}({denom!r})"
+                    if is_symbolic(n):
+                        denom = f"std::max<{acc_type}>({acc_type}({n}) - {red.correction!r}, 0)"
+                    else:
+                        denom = f"{acc_type}({max(n - red.correction, 0)!r})"
+                    result = f"{base}_m2 / {denom}"
                 self.emit(depth, f"const {ctype} {red.name}_val = {_register_value(result, red.dtype)};")
                 self.registers[red.name] = f"{red.name}_val"
 
@@ -400,19 +410,20 @@ class KernelPrinter:
         k = self.kernel
         step, *after = k.steps
         *nest, column = k.outer_vars
-        tile = min(COLUMN_TILE, column.size)
+        symbolic_columns = is_symbolic(column.size)
+        tile = COLUMN_TILE if symbolic_columns else min(COLUMN_TILE, column.size)
         start, lane, count = f"{column.name}_tile", f"{column.name}_lane", f"{column.name}_count"
         depth = 1
         self.emit(depth, f"// column-tiled reduction: {tile} adjacent columns per tile, the simd loop along them")
         if parallel:
             collapse = f" collapse({len(nest) + 1})" if nest else ""
-            self.emit(depth, f"#pragma omp parallel for{collapse}")
+            self.emit(depth, f"#pragma omp parallel for{collapse}{self.parallel_if}")
         for var in nest:
             self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
             depth += 1
         self.emit(depth, f"for (int64_t {start} = 0; {start} < {column.size}; {start} += {tile}) {{")
         depth += 1
-        if column.size % tile == 0:
+        if not symbolic_columns and column.size % tile == 0:
             self.emit(depth, f"const int64_t {count} = {tile};")
         else:
             rest = f"{column.size} - {start}"

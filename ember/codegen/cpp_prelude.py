@@ -38,6 +38,10 @@ float powf(float, float) noexcept __attribute__((simd("notinbranch"))); double p
 }
 #endif
 
+// ---- size arithmetic with Python's floor semantics (symbolic sizes: ember/symbolic.py c_code)
+static inline int64_t ember_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t ember_mod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+
 // ---- low-precision floats: stored as uint16_t, computed in float ----------
 static inline float ember_bf16_to_float(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16; float f; std::memcpy(&f, &u, 4); return f;

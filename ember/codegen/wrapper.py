@@ -38,7 +38,7 @@ from ember.errors import CompileError
 from ember.graph import tree_map
 from ember.lower import ir
 from ember.lower.scheduler import BufferPlan, ExternCall, Schedule
-from ember.symbolic import python_code
+from ember.symbolic import is_symbolic, python_code
 
 
 class WrapperSource:
@@ -456,8 +456,8 @@ def _emit_extern(out: WrapperSource, step: ExternCall, expr_of: dict[str, str], 
         if math.prod(plan.shape) > 1:
             # kernels index extern results with the strides predicted at compile time: enforce them
             fix = out.bind("_restride", _restride)
-            out.lines.append(f"    if {output.name}.stride() != {plan.stride!r}: "
-                             f"{output.name} = {fix}({output.name}, {plan.stride!r})")
+            out.lines.append(f"    if {output.name}.stride() != {sizes(plan.stride)}: "
+                             f"{output.name} = {fix}({output.name}, {sizes(plan.stride)})")
         expr_of[output.name] = output.name
     if not single:
         out.lines.append(f"    del {result}  # the tuple would keep every result alive")
@@ -472,10 +472,10 @@ def _strided_view(base: str, view: ir.BufferView, plan: BufferPlan) -> str:
     stride, offset = layout
     if plan.kind in ("input", "extern"):
         # inputs and extern results may start inside their storage; offsets here are relative
-        start = f"{base}.storage_offset() + {offset}" if offset else f"{base}.storage_offset()"
+        start = f"{base}.storage_offset() + {sizes(offset)}" if offset else f"{base}.storage_offset()"
     else:
-        start = str(offset) if offset else ""
-    return f"{base}.as_strided({tuple(view.shape)!r}, {stride!r}{', ' + start if start else ''})"
+        start = sizes(offset) if offset else ""
+    return f"{base}.as_strided({sizes(view.shape)}, {sizes(stride)}{', ' + start if start else ''})"
 
 
 def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
@@ -503,6 +503,8 @@ def _py(out: WrapperSource, value: Any) -> str:
         return f"float({str(value)!r})"
     if value is None or isinstance(value, (bool, int, float, str)):
         return repr(value)
+    if is_symbolic(value):
+        return python_code(value)
     if isinstance(value, torch.dtype):
         return str(value)
     return out.bind("const", value)

@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from ember.symbolic import SymInt, as_size
+from ember.symbolic import SymInt, as_size, exact_quotient
 
 # ============================================================ index expressions
 
@@ -188,10 +188,25 @@ class Index:
 
     def _split(self, d: int) -> tuple[Index, Index]:
         """self = d * quotient + rest, moving every exact multiple of d into quotient."""
+        if isinstance(d, SymInt) or any(isinstance(c, SymInt) for _, c in self.terms) or \
+                isinstance(self.const, SymInt):
+            return self._split_symbolic(d)
         q_terms, r_terms = [], []
         for atom, coeff in self.terms:
             (q_terms if coeff % d == 0 else r_terms).append((atom, coeff // d if coeff % d == 0 else coeff))
         return Index(q_terms, self.const // d), Index(r_terms, self.const % d)
+
+    def _split_symbolic(self, d: Any) -> tuple[Index, Index]:
+        """_split with symbolic sizes: only what is a multiple of d for every size moves (the
+        rest keeps its sign: a C ``%`` of it must not see a negative number)."""
+        q_terms, r_terms = [], []
+        for atom, coeff in self.terms:
+            quotient = exact_quotient(coeff, d)
+            (q_terms if quotient is not None else r_terms).append((atom, coeff if quotient is None else quotient))
+        quotient = exact_quotient(self.const, d)
+        if quotient is not None:
+            return Index(q_terms, quotient), Index(r_terms, 0)
+        return Index(q_terms, 0), Index(r_terms, self.const)
 
     def __floordiv__(self, d: int) -> Index:
         assert isinstance(d, (int, SymInt)) and d > 0

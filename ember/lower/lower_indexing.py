@@ -22,6 +22,7 @@ import torch
 from ember.graph import Node
 from ember.lower import ir
 from ember.lower.ir import Const, Expr, Index, IndexValue, Op
+from ember.symbolic import is_symbolic
 
 
 def wrap_into(idx: Index, size: int) -> Index:
@@ -29,8 +30,18 @@ def wrap_into(idx: Index, size: int) -> Index:
     lo, hi = idx.bounds()
     if lo >= 0 and hi < size:
         return idx
-    shift = (-lo + size - 1) // size * size if lo < 0 else 0    # a multiple of size making idx >= 0
+    if lo >= 0:
+        shift = 0
+    elif is_symbolic(lo) or is_symbolic(size):
+        shift = -lo * size          # a multiple of size >= -lo, without a division of sizes
+    else:
+        shift = (-lo + size - 1) // size * size    # the smallest multiple of size making idx >= 0
     return (idx + shift) % size
+
+
+def _int_value(value: Any) -> Expr:
+    """An int64 constant, or a size read at run time (dynamic shapes)."""
+    return IndexValue(ir.const_index(value), torch.int64) if is_symbolic(value) else Const(value, torch.int64)
 
 
 def in_range(idx: Index, start: int, stop: int) -> Expr | None:
@@ -39,9 +50,9 @@ def in_range(idx: Index, start: int, stop: int) -> Expr | None:
     value = IndexValue(idx, torch.int64)
     tests = []
     if lo < start:
-        tests.append(Op("ge", (value, Const(start, torch.int64)), torch.bool))
+        tests.append(Op("ge", (value, _int_value(start)), torch.bool))
     if hi >= stop:
-        tests.append(Op("lt", (value, Const(stop, torch.int64)), torch.bool))
+        tests.append(Op("lt", (value, _int_value(stop)), torch.bool))
     if not tests:
         return None
     return tests[0] if len(tests) == 1 else Op("logical_and", tuple(tests), torch.bool)

@@ -19,7 +19,7 @@ from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, dense_in_order, is_dense, tree_leaves, tree_map
 from ember.lower import ir, lower_indexing
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
-from ember.symbolic import as_size
+from ember.symbolic import as_size, is_symbolic
 from ember.prims.primitives import BINARY, UNARY, Prim, is_prim
 
 Loader = Callable[[tuple[Index, ...]], Expr]
@@ -696,6 +696,8 @@ def _operand(value: Any, idx: tuple[Index, ...], dtype: torch.dtype) -> Expr:
         return expr if value.dtype == dtype else Cast(expr, dtype)
     if isinstance(value, bool) or dtype == torch.bool:
         return Const(bool(value), torch.bool)
+    if is_symbolic(value):      # a size used as a number (a mean's divisor): read at run time
+        return IndexValue(ir.const_index(value), dtype)
     if dtype.is_floating_point:
         return Const(float(value), dtype)
     return Const(int(value), dtype)

@@ -32,6 +32,7 @@ import torch
 from ember.graph import is_dense
 from ember.graph import tree_leaves as _tree_leaves
 from ember.lower import ir
+from ember.symbolic import hint_of
 from ember.lower.ir import Expr, Index, Load, Var
 
 
@@ -304,7 +305,8 @@ class _Scheduler:
         # per-channel sums) still joins an earlier kernel that reads or produces one of its inputs:
         # that saves a whole read of the big input, and keeping the small result alive costs little.
         # The cost of the rule: any other such fusion across an Extern is given up (one more read).
-        may_cross = isinstance(node, ir.Reduction) and math.prod(node.reduction_shape) >= SMALL_OUTPUT_RATIO
+        # (heuristics, any answer correct: symbolic sizes decide them at their hints)
+        may_cross = isinstance(node, ir.Reduction) and hint_of(math.prod(node.reduction_shape)) >= SMALL_OUTPUT_RATIO
         for pos in range(len(groups) - 1, max(earliest, 0) - 1, -1):
             group = groups[pos]
             if not isinstance(group, _Group):
@@ -324,7 +326,7 @@ class _Scheduler:
     def _touches(self, group: _Group, node: ir.Reduction, deps: set[str]) -> bool:
         """Does the group produce or read a big buffer that the reduction reads (one whose read is
         worth sharing: not a per-channel weight)?"""
-        big = {d for d in deps if self.nodes[d].numel() >= math.prod(node.shape) * SMALL_OUTPUT_RATIO}
+        big = {d for d in deps if hint_of(self.nodes[d].numel()) >= hint_of(math.prod(node.shape)) * SMALL_OUTPUT_RATIO}
         return bool(big) and any(m in big or self._deps(m) & big for m in group.members)
 
     def _fits(self, group: _Group, node: ir.LoopNode, deps: set[str], where: dict[str, int], pos: int) -> bool:
@@ -560,7 +562,8 @@ class _Releases:
 
 
 def _nbytes_of(node: ir.LoopNode) -> int:
-    return node.numel() * node.dtype.itemsize
+    """For the memory heuristics: symbolic sizes count at their hints."""
+    return hint_of(node.numel()) * node.dtype.itemsize
 
 
 # ======================================================================= helpers

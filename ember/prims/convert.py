@@ -20,11 +20,12 @@ from ember.graph import Graph, Node, TensorMeta, dense_strides_like, is_dense, t
 from ember.symbolic import hint_of, is_symbolic
 from ember.prims import functionalize as F
 from ember.prims import ops
+from ember.prims.extern_shapes import hint_meta_tensor, symbolic_output_meta
 from ember.prims import primitives
 from ember.prims.primitives import Prim
 from ember.prims.registry import lookup
-from ember.prims.values import (Emitter, Value, building, concrete_meta_tensor, emit, emit_with_meta, is_tensor,
-                                meta_call, metas_of)
+from ember.prims.values import (Emitter, Value, _meta_of, building, concrete_meta_tensor, emit, emit_with_meta,
+                                is_tensor, meta_call, metas_of)
 
 
 P_detach = primitives.detach
@@ -216,24 +217,30 @@ class _Converter:
         emitted = set(self.emitter.log)
 
         tensor_args = [v for v in tree_leaves((args, kwargs)) if is_tensor(v)]
+        symbolic_args = any(is_symbolic(s) for v in tensor_args for s in v.shape)
         eager_views: list[Any] = []      # eager's result on the arguments' original layouts (lazily)
 
         def eager_view_meta(position: int, base: Value) -> TensorMeta | None:
             """Eager's strides over base's root storage for result leaf `position`, if that leaf is
             a view of base in eager (else None)."""
-            if not eager_views:
-                originals = {id(v): F.original_meta(v.alias).to_meta_tensor() for v in tensor_args if v.alias}
-                try:
-                    out, given = meta_call(target, args, kwargs, to_meta=lambda v: originals.get(id(v)))
-                except Exception:
-                    out, given = None, []
-                eager_views.append((tree_leaves(out), given))
-            leaves, given = eager_views[0]
-            leaf = leaves[position] if position < len(leaves) else None
-            meta = next((m for v, m in zip(tensor_args, given) if v is base), None)
-            if not isinstance(leaf, torch.Tensor) or meta is None or not _shares_storage(leaf, meta):
-                return None
-            return dataclasses.replace(TensorMeta.of(leaf), device=base.device, requires_grad=False)
+            for stand_in in (hint_meta_tensor, TensorMeta.to_meta_tensor):
+                # symbolic sizes: first at the hints; a view there is redone with the sizes
+                # specialised (guarded), as its strides must be exact
+                if len(eager_views) < 1 + (stand_in is TensorMeta.to_meta_tensor):
+                    originals = {id(v): stand_in(F.original_meta(v.alias)) for v in tensor_args if v.alias}
+                    try:
+                        out, given = meta_call(target, args, kwargs, to_meta=lambda v: originals.get(id(v)))
+                    except Exception:
+                        out, given = None, []
+                    eager_views.append((tree_leaves(out), given))
+                leaves, given = eager_views[-1]
+                leaf = leaves[position] if position < len(leaves) else None
+                meta = next((m for v, m in zip(tensor_args, given) if v is base), None)
+                if not isinstance(leaf, torch.Tensor) or meta is None or not _shares_storage(leaf, meta):
+                    return None
+                if stand_in is TensorMeta.to_meta_tensor or not symbolic_args:
+                    return dataclasses.replace(TensorMeta.of(leaf), device=base.device, requires_grad=False)
+            return None
 
         positions = {id(r): k for k, r in enumerate(tree_leaves(result))}
 
@@ -306,6 +313,9 @@ class _Converter:
             return args[0].alias
         if isinstance(target, Prim):      # a prim-level graph (hand-built): prims are functional
             return self._wrap(emit(target, *args, **kwargs))
+        symbolic = symbolic_output_meta(target, args, kwargs, _meta_of, _device(args, kwargs))
+        if symbolic is not None:      # dynamic shapes: a fresh result, its sizes as expressions
+            return self._wrap(emit_with_meta(target, symbolic, args, kwargs))
         out, arg_tensors = meta_call(target, args, kwargs)
         views = _shared_storage(out, arg_tensors)
         if not views:

@@ -17,6 +17,7 @@ from ember.graph import Size
 from ember.prims import primitives as P
 from ember.prims.meta import broadcast_shapes, view_strides  # noqa: F401  (re-exported)
 from ember.prims.type_promotion import LOW_PRECISION, Promotion, computation_dtype, elementwise_dtypes
+from ember.symbolic import is_symbolic
 from ember.prims.values import Value, current, emit, emit_with_meta, is_tensor
 
 Number = (bool, int, float, complex)
@@ -34,6 +35,8 @@ def cast(x: Any, dtype: torch.dtype) -> Any:
 def _python_scalar(value: Any, dtype: torch.dtype) -> Any:
     if isinstance(value, Value):  # a runtime scalar: the generated code converts it
         return value
+    if is_symbolic(value) and dtype != torch.bool and not dtype.is_complex:
+        return value              # a size used as a number: the kernel reads it at run time
     if dtype == torch.bool:
         return bool(value)
     if dtype.is_complex:

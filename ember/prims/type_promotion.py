@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ember.symbolic import SymInt
+
 
 class Promotion(enum.Enum):
     DEFAULT = "default"              # add, mul, where ...: the promoted type
@@ -33,7 +35,7 @@ def category(dtype: torch.dtype) -> int:
 def scalar_category(value: Any) -> int:
     if isinstance(value, bool):
         return 0
-    if isinstance(value, int):
+    if isinstance(value, (int, SymInt)):
         return 1
     if isinstance(value, complex):
         return 3

@@ -146,7 +146,12 @@ def emit_with_meta(target: Any, meta: Any, args: tuple, kwargs: dict, pytype: ty
 
 
 def extern_meta(target: Any, args: tuple, kwargs: dict) -> Any:
-    """Meta of an Extern: run the torch callable on meta-device tensors."""
+    """Meta of an Extern: run the torch callable on meta-device tensors (or, for symbolic sizes,
+    a shape rule of extern_shapes.py)."""
+    from ember.prims.extern_shapes import symbolic_output_meta
+    symbolic = symbolic_output_meta(target, args, kwargs, _meta_of, _device_of(args, kwargs))
+    if symbolic is not None:
+        return symbolic
     out, _ = meta_call(target, args, kwargs)
     return metas_of(out, _device_of(args, kwargs))
 

@@ -1,0 +1,122 @@
+"""Output shapes of the common Externs when input sizes are symbolic (dynamic shapes).
+
+An Extern's meta normally comes from running the torch op on meta-device tensors, which needs
+plain ints: symbolic sizes would be specialised (guarded equal to their hints).  For the ops that
+dynamic models run most (matmul family, linear, convolution, attention, embedding) a rule here
+gives the output shape as expressions of the input sizes instead.  The op still runs once on
+meta tensors of the hints: that checks the rule (its hint values must equal the meta run's
+shape, else the rule is not used) and gives dtype and dim order of the output.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ember.graph import TensorMeta, dense_strides_like, is_dense, tree_leaves
+from ember.symbolic import hint_of, is_symbolic
+
+F = torch.nn.functional
+Shape = tuple[Any, ...]
+
+
+def _broadcast(a: Sequence[Any], b: Sequence[Any]) -> Shape:
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(b)) + tuple(b)
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
+def _matmul(a: TensorMeta, b: TensorMeta, *_: Any, **__: Any) -> Shape | None:
+    if a.ndim == 0 or b.ndim == 0:
+        return None
+    if a.ndim == 1 and b.ndim == 1:
+        return ()
+    if a.ndim == 1:
+        return tuple(b.shape[:-2]) + (b.shape[-1],)
+    if b.ndim == 1:
+        return tuple(a.shape[:-1])
+    return _broadcast(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+
+
+def _addmm(bias: TensorMeta, a: TensorMeta, b: TensorMeta, *_: Any, **__: Any) -> Shape:
+    return tuple(a.shape[:-1]) + (b.shape[-1],)
+
+
+def _linear(x: TensorMeta, weight: TensorMeta, *_: Any, **__: Any) -> Shape | None:
+    if weight.ndim != 2:
+        return None
+    return tuple(x.shape[:-1]) + (weight.shape[0],)
+
+
+def _attention(q: TensorMeta, k: TensorMeta, v: TensorMeta, *_: Any, **__: Any) -> Shape:
+    return tuple(q.shape[:-1]) + (v.shape[-1],)
+
+
+def _embedding(indices: TensorMeta, weight: TensorMeta, *_: Any, **__: Any) -> Shape:
+    return tuple(indices.shape) + (weight.shape[1],)
+
+
+def _conv(spatial: int) -> Callable[..., Shape | None]:
+    def rule(x: TensorMeta, weight: TensorMeta, bias: Any = None, stride: Any = 1, padding: Any = 0,
+             dilation: Any = 1, groups: int = 1) -> Shape | None:
+        if isinstance(padding, str) or x.ndim != spatial + 2:
+            return None
+        stride, padding, dilation = (_per_dim(v, spatial) for v in (stride, padding, dilation))
+        sizes = tuple((size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in
+                      zip(x.shape[2:], weight.shape[2:], stride, padding, dilation))
+        return (x.shape[0], weight.shape[0]) + sizes
+    return rule
+
+
+def _per_dim(value: Any, count: int) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * count
+
+
+RULES: dict[Any, Callable[..., Shape | None]] = {
+    torch.mm: _matmul, torch.bmm: _matmul, torch.matmul: _matmul,
+    torch.addmm: _addmm, torch.baddbmm: _addmm,
+    F.linear: _linear,
+    F.scaled_dot_product_attention: _attention,
+    F.embedding: _embedding,
+    F.conv1d: _conv(1), F.conv2d: _conv(2), F.conv3d: _conv(3),
+    torch.conv1d: _conv(1), torch.conv2d: _conv(2), torch.conv3d: _conv(3),
+}
+
+
+def hint_meta_tensor(meta: TensorMeta) -> torch.Tensor:
+    """A meta-device tensor of the hints of a symbolic meta."""
+    return torch.empty_strided(tuple(hint_of(s) for s in meta.shape), tuple(hint_of(s) for s in meta.stride),
+                               dtype=meta.dtype, device="meta")
+
+
+def symbolic_output_meta(target: Any, args: tuple, kwargs: dict, meta_of: Callable[[Any], Any],
+                         device: torch.device) -> TensorMeta | None:
+    """The output meta of ``target(*args, **kwargs)`` with symbolic sizes, or None (no rule, no
+    symbolic input, or a result the rule does not describe)."""
+    rule = RULES.get(target)
+    if rule is None:
+        return None
+    metas = [meta_of(a) for a in tree_leaves((args, kwargs))]
+    if not any(isinstance(m, TensorMeta) and any(is_symbolic(s) for s in m.shape + m.stride) for m in metas):
+        return None
+    arg_metas = _map(args, meta_of)
+    kwarg_metas = {k: _map(v, meta_of) for k, v in kwargs.items()}
+    shape = rule(*arg_metas, **kwarg_metas)
+    if shape is None:
+        return None
+    hinted = lambda v: hint_meta_tensor(v) if isinstance(v, TensorMeta) else v  # noqa: E731
+    with torch.no_grad():
+        out = target(*_map(arg_metas, hinted), **{k: _map(v, hinted) for k, v in kwarg_metas.items()})
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(hint_of(s) for s in shape) or \
+            not is_dense(tuple(out.shape), tuple(out.stride())):
+        return None
+    stride = dense_strides_like(shape, tuple(out.shape), tuple(out.stride()))
+    return dataclasses.replace(TensorMeta.of(out), shape=shape, stride=stride, device=device, requires_grad=False)
+
+
+def _map(value: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(value, (tuple, list)):
+        return type(value)(_map(v, fn) for v in value)
+    return fn(value)
