@@ -14,6 +14,8 @@ from ember.api import (
     compile,
     cudagraph_mark_step_begin,
     list_backends,
+    mark_dynamic,
+    mark_static,
     register_backend,
     reset,
 )
@@ -35,6 +37,8 @@ __all__ = [
     "explain",
     "explain_with",
     "list_backends",
+    "mark_dynamic",
+    "mark_static",
     "register_backend",
     "reset",
 ]

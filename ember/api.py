@@ -24,9 +24,10 @@ import sys
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
 from ember.debug import logs as _logs  # noqa: F401  (imported here: a bad EMBER_LOGS fails at import ember)
@@ -158,6 +159,29 @@ def _ember_backend(graph: Graph, example_inputs: list, options: CompileOptions |
 register_backend("eager", _eager_backend)
 register_backend("ember", _ember_backend)
 _BACKENDS_WITH_OPTIONS.add("ember")
+# backends that compile graphs with symbolic sizes (placeholders' extra["symbolic_meta"]) and
+# resolve their size_is markers into guards
+_DYNAMIC_BACKENDS = {"ember"}
+
+
+def mark_dynamic(tensor: torch.Tensor, dims: int | Sequence[int]) -> None:
+    """Compile ``tensor``'s dims ``dims`` with symbolic sizes from its first compile on (as
+    ``torch._dynamo.mark_dynamic``), when it is an argument of a compiled function."""
+    tensor._ember_dynamic_dims = set(getattr(tensor, "_ember_dynamic_dims", ())) | set(_dims(tensor, dims))
+
+
+def mark_static(tensor: torch.Tensor, dims: int | Sequence[int] | None = None) -> None:
+    """Never compile these dims of ``tensor`` (all when ``dims`` is None) with symbolic sizes."""
+    chosen = range(tensor.dim()) if dims is None else _dims(tensor, dims)
+    tensor._ember_static_dims = set(getattr(tensor, "_ember_static_dims", ())) | set(chosen)
+
+
+def _dims(tensor: torch.Tensor, dims: int | Sequence[int]) -> list[int]:
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    for dim in dims:
+        if not -tensor.dim() <= dim < tensor.dim():
+            raise IndexError(f"dim {dim} is out of range for a tensor with {tensor.dim()} dims")
+    return [dim % tensor.dim() for dim in dims]
 
 
 def resolve_backend(backend: str | Callable[..., Any], options: CompileOptions | dict | None = None) -> Backend:
@@ -201,6 +225,10 @@ def resolve_backend(backend: str | Callable[..., Any], options: CompileOptions |
 
     compile_one_graph.backend_name = name  # type: ignore[attr-defined]
     compile_one_graph.options = settings  # type: ignore[attr-defined]
+    # dynamic shapes: a graph with size symbols goes to the raw backend (a failure recompiles with
+    # static sizes instead of running eagerly), and only to backends that compile size symbols
+    compile_one_graph.raw_backend = raw  # type: ignore[attr-defined]
+    compile_one_graph.supports_dynamic = name in _DYNAMIC_BACKENDS  # type: ignore[attr-defined]
     return compile_one_graph
 
 

@@ -73,7 +73,9 @@ def compile_graph(graph: Graph, example_inputs: list, options: CompileOptions | 
 
     Failures raise CompileError; whether to run the graph eagerly instead is decided by the
     caller (ember.api.resolve_backend), not here."""
-    return compile_from_specs(graph, input_specs(example_inputs), CompileOptions.from_options(options))
+    specs = [placeholder.extra.get("symbolic_meta", spec)    # dynamic shapes: sizes as symbols
+             for placeholder, spec in zip(graph.placeholders, input_specs(example_inputs))]
+    return compile_from_specs(graph, specs, CompileOptions.from_options(options))
 
 
 # graphs this large get tens of kernels: worth compiling them in worker processes (whose start

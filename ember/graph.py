@@ -359,7 +359,15 @@ def target_qualified_name(target: Any) -> str:
     return name
 
 
+def size_is(tensor: Any, dim: int, size: int) -> None:
+    """A graph marker, not an op: the captured program used ``tensor.shape[dim]`` as the Python int
+    ``size`` (dynamic shapes).  Converting to prims turns it into a guard on the symbolic size."""
+    return None
+
+
 def _default_is_impure(node: Node) -> bool:
+    if node.target is size_is:
+        return True
     name = target_name(node.target)
     return name.endswith("_") and not name.endswith("__") or name in {"copy_", "setitem"}
 

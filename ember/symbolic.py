@@ -432,7 +432,7 @@ def _print(expr: sympy.Expr, names: Callable[[sympy.Symbol], str], div: str) -> 
         return "*".join(factors) if len(factors) > 1 else factors[0]
     if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
         return "*".join([_print(expr.base, names, div)] * int(expr.exp))
-    if isinstance(expr, sympy.floor) and (expr.args[0].is_Mul or expr.args[0].is_Add):
+    if isinstance(expr, sympy.floor):
         numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
         a, b = _print(sympy.expand(numerator), names, div), _print(denominator, names, div)
         # C's / and % truncate: Python's floor semantics through the prelude's helpers

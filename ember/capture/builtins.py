@@ -96,6 +96,7 @@ def _len(tx, args, kwargs):
     if isinstance(value, V.TensorValue):
         if not value.meta.shape:
             raise tx.unsupported("len() of a 0-d tensor")
+        tx.session.pin_sizes(value, (0,))
         return V.ConstantValue(value.meta.shape[0])
     if isinstance(value, V.ModuleValue):
         return V.ConstantValue(modules.module_len(tx, value))

@@ -96,6 +96,14 @@ class CapturedFunction:
         self._warned_limit = False
         self._lock = threading.RLock()  # re-entrant: an eager run may call this function again
         self.description = ""  # a continuation: its Python form (resume.describe), for the graph_breaks log
+        # dynamic shapes (options.dynamic: None = automatic, True, False); only backends that compile
+        # symbolic sizes get them (``supports_dynamic``)
+        options = getattr(backend, "options", None)
+        self.dynamic = getattr(options, "dynamic", None)
+        self.supports_dynamic = bool(getattr(backend, "supports_dynamic", False))
+        self._dynamic_dims: dict[str, set[int]] = {}     # argument dims seen with more than one size
+        self._seen_shapes: dict[str, tuple[int, ...]] = {}
+        self._static_only = False                        # a dynamic compile failed: static from now on
         _ALL.add(self)
 
     def _compile_part(self, fn: Any) -> CapturedFunction:
@@ -193,10 +201,45 @@ class CapturedFunction:
             return self.spec.call_eagerly(args, kwargs)
         return entry.epilogue(L, self.spec.globals, entry.run(inputs))
 
+    def _dynamic_dims_for(self, L: dict) -> dict[str, set[int]]:
+        """The argument dims to capture as size symbols: with ``dynamic=None`` those whose size
+        changed since the first capture ("automatic dynamic"), with ``dynamic=True`` all, plus
+        ``ember.mark_dynamic`` and minus ``ember.mark_static`` dims."""
+        if self.dynamic is False or not self.supports_dynamic or self._static_only:
+            return {}
+        dims: dict[str, set[int]] = {}
+        for name, value in L.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            source = f"L[{name!r}]"
+            seen = self._seen_shapes.setdefault(source, tuple(value.shape))
+            wanted = set(range(value.dim())) if self.dynamic is True else set(self._dynamic_dims.get(source, ()))
+            if len(seen) == value.dim():
+                wanted |= {d for d, (before, now) in enumerate(zip(seen, value.shape)) if before != now}
+            wanted |= set(getattr(value, "_ember_dynamic_dims", ()))
+            wanted -= set(getattr(value, "_ember_static_dims", ()))
+            if wanted:
+                dims[source] = wanted
+                self._dynamic_dims[source] = wanted
+        return dims
+
     def _capture(self, L: dict, recompile_reason: str | None) -> tuple[CacheEntry | None, tuple]:
         """Capture and compile one entry (added to the cache); None: run this call eagerly."""
+        dynamic_dims = self._dynamic_dims_for(L)
+        if not dynamic_dims:
+            return self._capture_with(L, recompile_reason, {})
+        try:
+            return self._capture_with(L, recompile_reason, dynamic_dims)
+        except _StaticOnly as why:
+            log("dynamic", f"{self.spec.name}: compiled with static sizes: {why}")
+            self._static_only = True
+            return self._capture_with(L, recompile_reason, {})
+
+    def _capture_with(self, L: dict, recompile_reason: str | None, dynamic_dims: dict[str, set[int]]
+                      ) -> tuple[CacheEntry | None, tuple]:
         started = time.perf_counter()
         session = CaptureSession(self.spec.globals)
+        session.make_dynamic(dynamic_dims)
         failure: Unsupported | None = None
         try:
             result_value = capture_frame(self.spec, L, session)
@@ -219,18 +262,19 @@ class CapturedFunction:
                     and not getattr(failure, "eager_may_raise", False):
                 stop = breaks.break_point(session)
             if stop is not None:
-                split = self._capture_until(L, stop, failure, recompile_reason, started)
+                split = self._capture_until(L, stop, failure, recompile_reason, started, dynamic_dims)
                 if split is not None:
                     return split
             return self._graph_break(session, failure, recompile_reason, started), ()
         return self._add_entry(session, epilogue, recompile_reason, started)
 
     def _capture_until(self, L: dict, stop: tuple[int, int], failure: Unsupported, recompile_reason: str | None,
-                       started: float) -> tuple[CacheEntry, tuple] | None:
+                       started: float, dynamic_dims: dict[str, set[int]]) -> tuple[CacheEntry, tuple] | None:
         """Capture again up to the instruction that broke the graph; the entry runs the graph so far,
         that instruction natively and the rest of the frame as a compiled continuation.
         None: the frame cannot be split there (it then runs eagerly)."""
         session = CaptureSession(self.spec.globals)
+        session.make_dynamic(dynamic_dims)
         session.stop_at = stop
         try:
             capture_frame(self.spec, L, session)
@@ -255,15 +299,13 @@ class CapturedFunction:
                    started: float, failure: Unsupported | None = None) -> tuple[CacheEntry, tuple]:
         """Compile the session's graph and put it in front of the cache."""
         graph = session.graph
-        guard_fn, guard_source = session.guards.build(session.placeholder_sources)
-        texts = session.guards.texts()
         if enabled("graph"):
             log("graph", f"{self.spec.name}\n{graph}")
-        if enabled("guards"):
-            log("guards", f"{self.spec.name}\n" + "\n".join(texts))
         autocast_devices = session.autocast.entry_enabled_devices()
         has_work = failure is None or _has_work(graph)
-        if not has_work:
+        if session.shape_env is not None:
+            compiled = self._compile_dynamic(session, graph, autocast_devices)
+        elif not has_work:
             compiled = _no_graph   # the part before a graph break computes nothing
         elif session.needs_eager_autograd() or session.mixes_devices():
             compiled = _eager_graph(graph)
@@ -271,6 +313,11 @@ class CapturedFunction:
             compiled = run_without_autocast(autocast_devices, self.backend, (graph, list(session.example_inputs)))
         else:
             compiled = self.backend(graph, list(session.example_inputs))
+        # after compiling: the guards include what compiling assumed about symbolic sizes
+        guard_fn, guard_source = session.guards.build(session.placeholder_sources)
+        texts = session.guards.texts()
+        if enabled("guards"):
+            log("guards", f"{self.spec.name}\n" + "\n".join(texts))
         entry = CacheEntry(guard_fn, texts, compiled, epilogue, guard_source, autocast_devices)
         self.entries = [entry] + self.entries
         self.events.append(CaptureEvent(graph if has_work else None, compiled, texts,
@@ -278,6 +325,35 @@ class CapturedFunction:
                                         (failure.source_line or None) if failure else None,
                                         recompile_reason, time.perf_counter() - started, self.spec.name))
         return entry, tuple(session.example_inputs)
+
+    def _compile_dynamic(self, session: CaptureSession, graph: Graph, autocast_devices: tuple) -> Any:
+        """Compile a graph with size symbols; any reason it cannot be (training, a backend failure)
+        is ``_StaticOnly``: the frame is then captured again with static sizes."""
+        env = session.shape_env
+        if session.needs_eager_autograd() or session.mixes_devices():
+            raise _StaticOnly("the graph runs op by op")
+        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                           for x in session.example_inputs):
+            raise _StaticOnly("training graphs are compiled with static sizes")
+        raw = getattr(self.backend, "raw_backend", self.backend)
+        try:
+            if autocast_devices:
+                compiled = run_without_autocast(autocast_devices, raw, (graph, list(session.example_inputs)))
+            else:
+                compiled = raw(graph, list(session.example_inputs))
+        except Exception as error:  # noqa: BLE001 - static sizes are always a correct answer
+            raise _StaticOnly(f"{type(error).__name__}: {error}") from error
+        if getattr(compiled, "kind", None) == "eager":
+            raise _StaticOnly(getattr(compiled, "eager_reason", "the backend ran the graph eagerly"))
+        for guard in env.guards:
+            session.guards.add_size_relation(guard, env.sources)
+        if enabled("dynamic"):
+            symbols = ", ".join(f"{symbol} = {source.name()}.shape[{dim}]" for symbol, (source, dim)
+                                in env.sources.items())
+            log("dynamic", f"{self.spec.name}: sizes {symbols}; guards: " +
+                ("; ".join(str(g) for g in env.guards) or "none") +
+                ("".join(f"\n  pinned {why}" for why in env.specialized)))
+        return compiled
 
     def _graph_break(self, session: Any, error: Unsupported, recompile_reason: str | None,
                      started: float) -> CacheEntry | None:
@@ -310,6 +386,10 @@ class _EagerThenFail:
     exception reaches the user; if eager does not raise, the break is a CompileError."""
 
     error: CompileError
+
+
+class _StaticOnly(Exception):
+    """A capture with size symbols cannot be compiled as such: capture again with static sizes."""
 
 
 def _has_work(graph: Graph) -> bool:

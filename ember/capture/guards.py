@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..symbolic import is_symbolic, python_code
 from .sources import Source
 
 
@@ -34,6 +35,8 @@ class GuardCheck:
     consts: dict[str, Any]
     text: str                # readable form for logs and explain
     other: Source | None = None  # a second source, {o} in the template (aliasing checks)
+    # size guards (dynamic shapes): {name} in the template -> the size of (source, dim)
+    sizes: dict[str, tuple[Source, int]] = dataclasses.field(default_factory=dict)
 
 
 class CodeNamespace:
@@ -84,6 +87,18 @@ class GuardSet:
         self._seen.add(text)
         self.checks.append(GuardCheck(source, template, consts, text, other))
 
+    def add_size_relation(self, guard: Any, sources: dict[Any, tuple[Source, int]]) -> None:
+        """A relation between symbolic sizes (a ``symbolic.Guard``); ``sources`` says where each
+        size symbol is read: (the tensor's source, dim)."""
+        names = {symbol: f"size_{symbol}" for symbol in sources}
+        template = guard.python_code(lambda symbol: "{" + names[symbol] + "}")
+        sizes = {names[symbol]: sources[symbol] for symbol in guard.lhs.free_symbols | guard.rhs.free_symbols}
+        text = guard.python_code(lambda symbol: f"{sources[symbol][0].name()}.shape[{sources[symbol][1]}]")
+        if text in self._seen:
+            return
+        self._seen.add(text)
+        self.checks.append(GuardCheck(None, template, {}, text, sizes=sizes))
+
     def require_distinct(self, *sources: Source) -> None:
         """These placeholder sources were different objects during capture, and the trace relied on it."""
         keys = {s.key() for s in self.distinct_sources}
@@ -114,6 +129,7 @@ class GuardSet:
             value = temp_for(check.source) if check.source is not None else ""
             other = temp_for(check.other) if check.other is not None else ""
             bound = {k: namespace.bind(v, f"{k}") for k, v in check.consts.items()}
+            bound.update({name: f"{temp_for(source)}.shape[{dim}]" for name, (source, dim) in check.sizes.items()})
             condition = check.template.format(v=value, o=other, **bound)
             lines.append(f"        if not ({condition}): return {index}")
         fetched = [temp_for(s) for s in fetch_sources]
@@ -130,8 +146,11 @@ class GuardSet:
         return fn, text
 
 
-def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor) -> None:
-    """dtype, device, sizes, strides, storage offset, requires_grad and exact type (dispatch)."""
+def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor,
+                     symbolic: tuple[tuple, tuple] | None = None) -> None:
+    """dtype, device, sizes, strides, storage offset, requires_grad and exact type (dispatch).
+    ``symbolic`` (sizes, strides with size symbols: dynamic shapes): a symbolic size needs only be
+    at least 2 (0 and 1 stay specialised) and strides must follow from the sizes as they did."""
     device = tensor.device
     # `.is_cpu` costs a third of `.device == cpu`; guards run on every call
     if device.type == "cpu":
@@ -142,13 +161,29 @@ def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor) -> 
         device_check, consts = "{v}.device == {device}", {"device": device}
     # `.shape` is cheaper than `.size()`; the storage offset matters to views of inputs that a
     # backend rebuilds with as_strided (prim graphs' output_aliases), so it is guarded too
-    guards.add(
-        source,
-        "type({v}) is {cls} and {v}.dtype is {dtype} and " + device_check +
-        " and {v}.shape == {size} and {v}.stride() == {stride} and {v}.storage_offset() == {offset}"
-        " and {v}.requires_grad is {requires_grad}",
-        cls=type(tensor), dtype=tensor.dtype, size=tuple(tensor.shape), stride=tuple(tensor.stride()),
-        offset=tensor.storage_offset(), requires_grad=bool(tensor.requires_grad), **consts)
+    # separate checks, so that the "recompiles" log names the one that failed
+    guards.add(source, "type({v}) is {cls} and {v}.dtype is {dtype} and " + device_check +
+               " and {v}.requires_grad is {requires_grad}",
+               cls=type(tensor), dtype=tensor.dtype, requires_grad=bool(tensor.requires_grad), **consts)
+    if symbolic is not None:
+        guards.add(source, _symbolic_layout_check(tensor, *symbolic))
+    else:
+        guards.add(source, "{v}.shape == {size}", size=tuple(tensor.shape))
+        guards.add(source, "{v}.stride() == {stride}", stride=tuple(tensor.stride()))
+    guards.add(source, "{v}.storage_offset() == {offset}", offset=tensor.storage_offset())
+
+
+def _symbolic_layout_check(tensor: torch.Tensor, sizes: tuple, strides: tuple) -> str:
+    """``{v}.dim() == 2 and {v}.shape[0] >= 2 and {v}.shape[1] == 8 and {v}.stride() == ({v}.shape[1], 1)``."""
+    def size_code(value: Any) -> str:
+        return python_code(value, lambda symbol: "{v}.shape[%d]" % symbol_dims[symbol])
+    symbol_dims = {size.expr: dim for dim, size in enumerate(sizes) if is_symbolic(size)}
+    parts = [f"{{v}}.dim() == {tensor.dim()}"]
+    for dim, size in enumerate(sizes):
+        parts.append(f"{{v}}.shape[{dim}] >= 2" if is_symbolic(size) else f"{{v}}.shape[{dim}] == {size}")
+    stride_codes = [size_code(stride) for stride in strides]
+    parts.append(f"{{v}}.stride() == ({', '.join(stride_codes)}{',' if len(strides) == 1 else ''})")
+    return " and ".join(parts)
 
 
 def add_value_guard(guards: GuardSet, source: Source, value: Any) -> None:

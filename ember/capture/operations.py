@@ -372,6 +372,7 @@ def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:
     if isinstance(value, V.TensorValue):
         if not value.meta.shape:
             raise tx.unsupported("iterating over a 0-d tensor")
+        tx.session.pin_sizes(value, (0,))
         return V.IteratorValue([get_item(tx, value, V.ConstantValue(i)) for i in range(value.meta.shape[0])])
     if objects.is_object_like(value):
         return objects.get_iter(tx, value, get_iter)

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from ..graph import Graph, TensorMeta
+from ..graph import Graph, TensorMeta, size_is
+from ..symbolic import ShapeEnv, symbolic_shape
 from . import autocast, objects
 from . import numpy_values  # numpy
 from . import values as V
@@ -68,6 +69,24 @@ class CaptureSession:
         self.root_code: types.CodeType | None = None
         self.root_translator: Any = None
         self.stop_at: tuple[int, int] | None = None
+        # dynamic shapes: input dims captured as size symbols (source name -> dims), and their env
+        self.dynamic_dims: dict[str, set[int]] = {}
+        self.shape_env: ShapeEnv | None = None
+
+    def make_dynamic(self, dynamic_dims: dict[str, set[int]]) -> None:
+        """Capture these input dims as size symbols (ember/symbolic.py) instead of their sizes."""
+        self.dynamic_dims = {name: set(dims) for name, dims in dynamic_dims.items() if dims}
+        self.shape_env = ShapeEnv() if self.dynamic_dims else None
+
+    def pin_sizes(self, value: V.TensorValue, dims: Any = None) -> None:
+        """The trace uses these sizes of ``value`` as Python ints (``x.shape[0]``, ``len(x)``): under
+        dynamic shapes each becomes a ``size_is`` marker, which the prims conversion turns into a
+        guard on the symbolic size.  Nothing to do in a static capture."""
+        if self.shape_env is None:
+            return
+        for dim in range(value.meta.ndim) if dims is None else dims:
+            self.graph.call(size_is, (value.node, dim, value.meta.shape[dim]), {}, None, "size_is",
+                            self.current_line())
 
     def mixes_devices(self) -> bool:
         """Tensors on a device other than the one a backend compiles for (CUDA when an input is on
@@ -208,10 +227,19 @@ class CaptureSession:
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter, getattr(torch.nn, "Buffer", torch.Tensor)) and \
                 not isinstance(tensor, torch.nn.Parameter):
             raise Unsupported(f"tensor subclass {type(tensor).__name__} as input")
-        add_tensor_guard(self.guards, source, tensor)
         meta = TensorMeta.of(tensor)
+        symbolic = None
+        if self.shape_env is not None and source.name() in self.dynamic_dims:
+            symbolic = symbolic_shape(tuple(tensor.shape), tuple(tensor.stride()), self.shape_env,
+                                      sorted(self.dynamic_dims[source.name()]), lambda dim: (source, dim))
+        if symbolic is None:
+            add_tensor_guard(self.guards, source, tensor)
+        else:
+            add_tensor_guard(self.guards, source, tensor, symbolic)
         node = self.graph.placeholder(_placeholder_name(source), meta)
         node.extra["source"] = source.name()
+        if symbolic is not None:
+            node.extra["symbolic_meta"] = dataclasses.replace(meta, shape=symbolic[0], stride=symbolic[1])
         self.input_tensors[node] = tensor
         self.example_inputs.append(tensor)
         self.placeholder_sources.append(source)

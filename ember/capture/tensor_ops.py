@@ -203,6 +203,8 @@ def _record_with_out(session: Any, target: Callable, args: list[V.Value], kwargs
     if (result.meta.shape, result.meta.dtype, result.meta.device) != (out.meta.shape, out.meta.dtype,
                                                                        out.meta.device):
         raise refused
+    session.pin_sizes(result)      # the check above compared sizes
+    session.pin_sizes(out)
     if _reads(result.node, out.node):
         raise refused
     return record_call(session, torch.Tensor.copy_, [out, result], {})
@@ -411,6 +413,8 @@ def tensor_attribute(session: Any, value: V.TensorValue, name: str) -> V.Value:
         "is_meta": lambda: False, "is_nested": lambda: False, "itemsize": lambda: meta.to_meta_tensor().itemsize,
     }
     if name in simple:
+        if name == "shape":
+            session.pin_sizes(value)
         return V.ConstantValue(simple[name]())
     if name == "T":
         return record_call(session, torch.Tensor.permute, [value, V.ConstantValue(tuple(range(meta.ndim))[::-1])],
@@ -430,11 +434,19 @@ def tensor_attribute(session: Any, value: V.TensorValue, name: str) -> V.Value:
     return V.TensorMethodValue(name, value)
 
 
+# tensor methods whose results depend on sizes: size(d) on one, __len__ on the first, the others
+# (stride(d) multiplies the sizes of the faster dims) on all
+SIZE_QUERIES = {"size", "stride", "numel", "nelement", "__len__", "is_contiguous"}
+
+
 def call_tensor_method(session: Any, name: str, self_value: V.TensorValue, args: list[V.Value],
                        kwargs: dict[str, V.Value]) -> V.Value:
     meta = self_value.meta
     constant_args = [a.as_python() for a in args] if not contains_tensor(args) else None
     if constant_args is not None and not kwargs:
+        if name in SIZE_QUERIES:     # the sizes they reveal become Python ints (pinned if symbolic)
+            session.pin_sizes(self_value, [constant_args[0] % max(meta.ndim, 1)] if name == "size" and constant_args
+                              else (0,) if name == "__len__" else None)
         if name == "size":
             return V.ConstantValue(torch.Size(meta.shape) if not constant_args else meta.shape[constant_args[0]])
         if name == "stride":

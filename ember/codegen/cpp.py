@@ -163,7 +163,8 @@ class KernelPrinter:
                    f"bytes: {k.bytes_accessed}, flops: {k.flops}"),
                   f'extern "C" void {k.name}({", ".join(params)}) {{']
         self.lines = header
-        work = k.outer_numel * max(k.inner_numel, 1) * max(1, k.flops // max(k.outer_numel * max(k.inner_numel, 1), 1))
+        elements = k.outer_numel * max(k.inner_numel, 1)
+        work = elements * max(1, hint_of(k.flops) // max(hint_of(elements), 1))     # flops per element at the hints
         if k.outer_numel == 0 or (k.inner_vars and k.inner_numel == 0 and not any(s.reductions for s in k.steps)):
             self.lines.append("  // zero-size: nothing to do")
             self.lines.append("}")

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, dense_strides_like, is_dense, target_name, tree_leaves, tree_map
+from ember.graph import (Graph, Node, TensorMeta, dense_strides_like, is_dense, size_is, target_name, tree_leaves,
+                         tree_map)
 from ember.symbolic import hint_of, is_symbolic
 from ember.prims import functionalize as F
 from ember.prims import ops
@@ -105,6 +106,15 @@ class _Converter:
         return tree_map(load, value)
 
     def _call(self, node: Node) -> Any:
+        if node.target is size_is:      # a size the captured Python code used as a plain int
+            tensor, dim, size = self._resolve(node.args)
+            actual = tensor.shape[dim]
+            if is_symbolic(actual):
+                actual.env.decide(actual, "==", size, f"{node.source_line or 'capture'}: used as a Python int")
+            elif actual != size:
+                raise CompileError(f"size {actual} of {node.args[0].name} dim {dim} is not the {size} capture saw",
+                                   stage="prims")
+            return None
         if node.target is operator.getitem and isinstance(node.args[0], Node):
             container = self.env[node.args[0]]
             if isinstance(container, (tuple, list)) and isinstance(node.args[1], (int, slice)):
