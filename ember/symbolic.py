@@ -307,6 +307,12 @@ class SymInt:
     def _compare(self, op: str, other: Any) -> Any:
         if not _is_int(other):
             return NotImplemented
+        if isinstance(other, SymInt) and other.env is not self.env:
+            # sizes of two compilations (a table keyed by both, e.g. the loop IR's hash-consing):
+            # never equal, and never a decision of either
+            if op in ("==", "!="):
+                return op == "!="
+            raise TypeError(f"comparing sizes of two compilations: {self} {op} {other}")
         return self.env.decide(self, op, other)
 
     def __eq__(self, other: Any) -> Any: return self._compare("==", other)
@@ -320,7 +326,7 @@ class SymInt:
         return self.env.decide(self, "!=", 0)
 
     def __hash__(self) -> int:
-        return hash(self.expr)
+        return hash((self.expr, id(self.env)))     # s0 of another compilation is another size
 
     # ---- code that needs a plain int: specialised
     def __index__(self) -> int:

@@ -21,6 +21,7 @@ import dataclasses
 import os
 import threading
 import time
+import traceback
 import warnings
 import weakref
 from collections.abc import Callable
@@ -342,6 +343,9 @@ class CapturedFunction:
             else:
                 compiled = raw(graph, list(session.example_inputs))
         except Exception as error:  # noqa: BLE001 - static sizes are always a correct answer
+            if enabled("dynamic"):
+                cause = error.__cause__ or error
+                log("dynamic", "".join(traceback.format_exception(type(cause), cause, cause.__traceback__)[-12:]))
             raise _StaticOnly(f"{type(error).__name__}: {error}") from error
         if getattr(compiled, "kind", None) == "eager":
             raise _StaticOnly(getattr(compiled, "eager_reason", "the backend ran the graph eagerly"))

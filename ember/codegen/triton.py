@@ -35,6 +35,7 @@ import ast
 import dataclasses
 import io
 import math
+import re
 import tokenize
 
 import torch
@@ -44,6 +45,7 @@ from ember.codegen.triton_ops import LOW_PRECISION, compute_type, literal, rende
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op, Var
+from ember.symbolic import as_size, hint_of, is_symbolic, python_code
 from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, KernelStore, LoopStep, Schedule
 
 # benchmark/tuning overrides: keys "pointwise_block", "pointwise_warps", "persistent_limit",
@@ -87,18 +89,32 @@ class TritonKernel:
     flops: int
     scalars: list[str] = dataclasses.field(default_factory=list)   # arguments passed as Python numbers
     checks_indices: bool = False     # asserts indirect indices in range: compiled with debug=True
+    size_args: list[str] = dataclasses.field(default_factory=list)  # size symbols, after the pointers
+    grid_code: str | None = None     # symbolic sizes: the grid's first dim as Python over size_args
 
 
 def choose_config(kernel: FusedKernel, buffers: dict[str, BufferPlan], index_type: str,
                   inner_contiguous: bool) -> KernelConfig:
     """Block shape and warps from the problem size (the 'heuristics' of the issue)."""
     xnumel, rnumel = kernel.outer_numel, kernel.inner_numel
+    if is_symbolic(xnumel):     # dynamic shapes: blocks for any size (the hint is only a typical one)
+        xnumel = max(hint_of(xnumel), POINTWISE_BLOCK)
     if not kernel.inner_vars:
         block = TUNING.get("pointwise_block", POINTWISE_BLOCK)
         block = min(block, _pow2(xnumel))
         warps = TUNING.get("pointwise_warps", 4 if block <= 1024 else 8)
         return KernelConfig("pointwise", max(block, 16), 1, max(1, min(warps, max(block // 128, 1))), index_type)
     limit = TUNING.get("persistent_limit", PERSISTENT_LIMIT)
+    if is_symbolic(rnumel):
+        # rows of any length: a persistent block as long as the limit (guarded: longer rows
+        # recompile, looped), or a looped kernel when rows are long already
+        if not inner_contiguous or hint_of(rnumel) > limit or not rnumel <= limit:
+            rblock = 64 if not inner_contiguous else TUNING.get("looped_rblock", LOOPED_RBLOCK)
+            xblock = 64 if not inner_contiguous else 1
+            return KernelConfig("looped", xblock, rblock, 8 if xblock * rblock >= 2048 else 4, index_type)
+        rblock = _pow2(limit)
+        xblock = max(1, min(_pow2(xnumel), TUNING.get("reduction_elements", REDUCTION_ELEMENTS) // rblock, 64))
+        return KernelConfig("persistent", xblock, rblock, 4 if xblock * rblock <= 2048 else 8, index_type)
     if not inner_contiguous:
         # reduced dim is strided (column sums): many rows per program, rows are the contiguous axis
         rblock = min(_pow2(rnumel), 64)
@@ -114,6 +130,10 @@ def choose_config(kernel: FusedKernel, buffers: dict[str, BufferPlan], index_typ
         return KernelConfig("persistent", xblock, rblock, warps, index_type)
     rblock = TUNING.get("looped_rblock", LOOPED_RBLOCK)
     return KernelConfig("looped", 1, rblock, 8 if rblock >= 2048 else 4, index_type)
+
+
+# a size symbol in printed code (ember/symbolic.py names them s0, s1, ...)
+SIZE_SYMBOL = re.compile(r"\bs\d+\b")
 
 
 # ============================================================ the module
@@ -238,7 +258,7 @@ class TritonKernelPrinter:
         self.config = config = choose_config(k, self.buffers, index_type, self.inner_contiguous())
         args = self.arguments()
         params = [self.pointer(a) for a in args]
-        grid = config.grid(self.xnumel)
+        grid = config.grid(hint_of(self.xnumel))
         head = [
             "@triton.jit",
             f"def {k.name}({', '.join(params)}):",
@@ -254,19 +274,40 @@ class TritonKernelPrinter:
             self.emit_reduction_kernel()
         else:
             self.emit_pointwise_kernel()
+        size_args = sorted(set(SIZE_SYMBOL.findall("\n".join(self.lines[5:]))), key=lambda n: int(n[1:]))
+        if size_args:   # dynamic shapes: the size symbols the body uses are i64 parameters after the pointers
+            self.lines[1] = f"def {k.name}({', '.join(params + size_args)}):"
         source = "\n".join(self.lines) + "\n"
         signature = {self.pointer(a): triton_ops.SIGNATURE_TYPE[self.buffers[a].dtype].lstrip("*")
                      if a in self.scalars else triton_ops.SIGNATURE_TYPE[self.buffers[a].dtype] for a in args}
         aligned = [a not in self.scalars and
                    (self.buffers[a].storage_offset * self.buffers[a].dtype.itemsize) % 16 == 0 for a in args]
+        signature.update({name: "i64" for name in size_args})
+        grid_code = None
+        if is_symbolic(self.xnumel):
+            grid_code = f"max(1, -(-{python_code(self.xnumel)} // {config.xblock}))"
         return TritonKernel(k.name, source, args, signature, aligned, config, grid, k.bytes_accessed, k.flops,
-                            [a for a in args if a in self.scalars], self.checks_indices)
+                            [a for a in args if a in self.scalars], self.checks_indices, size_args, grid_code)
 
     def pointer(self, buffer: str) -> str:
         return f"{'in' if buffer in self.kernel.reads else 'out'}_{buffer}"
 
     def emit(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
+
+    def emit_numel(self, name: str, numel: Any) -> None:
+        if is_symbolic(numel):     # dynamic shapes: from the size arguments
+            self.emit(f"{name} = {python_code(numel)}")
+        else:
+            # constexpr, not a plain local: Triton 3.6's interpreter cannot take a plain int local as range()'s bound
+            self.emit(f"{name}: tl.constexpr = {numel}")
+
+    @staticmethod
+    def float_size(size: Any, minus: float = 0) -> str:
+        """``size - minus`` as a float divisor (never below 0: var of one element divides by 0, as eager)."""
+        if is_symbolic(size):
+            return f"tl.maximum({python_code(size)} - {minus!r}, 0.0)"
+        return repr(float(max(size - minus, 0)))
 
     def new_tmp(self, hint: str = "tmp") -> str:
         self.tmp_counter += 1
@@ -276,10 +317,10 @@ class TritonKernelPrinter:
     def emit_pointwise_kernel(self) -> None:
         c = self.config
         self.emit(f"XBLOCK: tl.constexpr = {c.xblock}")
-        self.emit(f"xnumel: tl.constexpr = {self.xnumel}")
+        self.emit_numel("xnumel", self.xnumel)
         pid = "tl.program_id(0)" + (".to(tl.int64)" if c.index_type == "tl.int64" else "")
         self.emit(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
-        self.xmask = "xmask" if self.xnumel % c.xblock else None
+        self.xmask = "xmask" if is_symbolic(self.xnumel) or self.xnumel % c.xblock else None
         self.rmask = None
         if self.xmask:
             self.emit("xmask = xindex < xnumel")
@@ -292,18 +333,17 @@ class TritonKernelPrinter:
         c = self.config
         self.emit(f"XBLOCK: tl.constexpr = {c.xblock}")
         self.emit(f"RBLOCK: tl.constexpr = {c.rblock}")
-        self.emit(f"xnumel: tl.constexpr = {self.xnumel}")
-        # constexpr, not a plain local: Triton 3.6's interpreter cannot take a plain int local as range()'s bound
-        self.emit(f"rnumel: tl.constexpr = {self.rnumel}")
+        self.emit_numel("xnumel", self.xnumel)
+        self.emit_numel("rnumel", self.rnumel)
         pid = "tl.program_id(0)" + (".to(tl.int64)" if c.index_type == "tl.int64" else "")
         self.emit(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
-        self.xmask = "xmask" if self.xnumel % c.xblock else None
+        self.xmask = "xmask" if is_symbolic(self.xnumel) or self.xnumel % c.xblock else None
         if self.xmask:
             self.emit("xmask = xindex < xnumel")
         self.rmask = None
         if c.kind == "persistent":
             self.emit("rindex = tl.arange(0, RBLOCK)[None, :]")
-            if self.rnumel != c.rblock:
+            if is_symbolic(self.rnumel) or self.rnumel != c.rblock:
                 self.rmask = "rmask"
                 self.emit("rmask = rindex < rnumel")
         for step in self.kernel.steps:
@@ -378,7 +418,7 @@ class TritonKernelPrinter:
             value = self.tile_value(body, "tl.float64" if body.dtype == torch.float64 else "tl.float32")
             masked = f"tl.where(rmask, {value}, 0.0)" if self.rmask else value
             self.emit(f"{base}_tile = {masked}")
-            self.emit(f"{base}_mean = tl.sum({base}_tile, 1)[:, None] / {float(max(self.rnumel, 0))!r}")
+            self.emit(f"{base}_mean = tl.sum({base}_tile, 1)[:, None] / {self.float_size(self.rnumel)}")
             delta = f"{base}_tile - {base}_mean"
             if self.rmask:
                 delta = f"tl.where(rmask, {delta}, 0.0)"
@@ -400,7 +440,8 @@ class TritonKernelPrinter:
                 ident = triton_ops.lowest(red.body.dtype) if red.reduction_type == "argmax" else \
                     triton_ops.highest(red.body.dtype)
                 self.emit(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {vtype})")
-                self.emit(f"{acc}_index = tl.full([XBLOCK, RBLOCK], {max(self.rnumel, 1)}, {self.config.index_type})")
+                start = self.rnumel if is_symbolic(self.rnumel) else max(self.rnumel, 1)
+                self.emit(f"{acc}_index = tl.full([XBLOCK, RBLOCK], {start}, {self.config.index_type})")
             else:
                 self.emit(f"{acc} = tl.full([XBLOCK, RBLOCK], {self.identity(red)}, {self.reduction_acc_type(red)})")
             accumulators.append((red, acc))
@@ -414,7 +455,7 @@ class TritonKernelPrinter:
         self.scopes.append({})
         self.emit("rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
         self.rmask = None
-        if self.rnumel % self.config.rblock:
+        if is_symbolic(self.rnumel) or self.rnumel % self.config.rblock:
             self.rmask = "rmask"
             self.emit("rmask = rindex < rnumel")
         self.expect_stores(step)
@@ -519,7 +560,7 @@ class TritonKernelPrinter:
             if red.reduction_type == "welford_mean":
                 value = mean
             else:
-                value = f"{m2} / {float(max(self.rnumel - red.correction, 0))!r}"
+                value = f"{m2} / {self.float_size(self.rnumel, red.correction)}"
             self.set_register(red, value)
 
 
@@ -595,7 +636,7 @@ class TritonKernelPrinter:
         flat = ir.const_index(0)
         for idx, stride, size in zip(index, plan.stride, plan.shape):
             if size != 1:
-                flat = flat + idx * int(stride)
+                flat = flat + idx * as_size(stride)
         return flat
 
     def render_load(self, node: Load) -> str:
@@ -726,6 +767,8 @@ class TritonKernelPrinter:
         if isinstance(node, Load):
             return self.render_load(node)
         if isinstance(node, IndexValue):
+            if node.index.is_constant() and is_symbolic(node.index.const):   # a size read at run time
+                return f"tl.full([], {python_code(node.index.const)}, {compute_type(node.dtype)})"
             if node.index.is_constant():
                 return literal(node.index.const, node.dtype, typed=True)
             text = f"({self.render_index(node.index)})"

@@ -250,17 +250,29 @@ def build(source: str, kernels: list, buffer_kinds: dict[str, str],
 
 def _interpreter_launcher(fn: Any, kernel: Any) -> Callable:
     runner = fn[kernel.grid]
+    grid_of = _grid_function(kernel)
 
     def launch(*args: Any) -> None:
         with interpreter_scope():
             try:
-                runner(*args)
+                (runner if grid_of is None else fn[grid_of(*args)])(*args)
             except Exception as exc:
                 raise _index_error_inside(exc) or exc   # eager's IndexError, not InterpreterError
     launch.takes_tensors = True
     launch.scalar_arguments = frozenset(getattr(kernel, "scalars", ()))
+    launch.size_arguments = tuple(getattr(kernel, "size_args", ()))
     launch.kernel = kernel
     return launch
+
+
+def _grid_function(kernel: Any) -> Callable[..., tuple[int, int, int]] | None:
+    """Dynamic shapes: the grid from the launch arguments (pointers, then the size symbols)."""
+    if getattr(kernel, "grid_code", None) is None:
+        return None
+    names = ", ".join([f"_pointer{i}" for i in range(len(kernel.arguments))] + list(kernel.size_args))
+    scope: dict[str, Any] = {}
+    exec(f"def grid({names}):\n    return ({kernel.grid_code}, 1, 1)\n", scope)  # noqa: S102
+    return scope["grid"]
 
 
 def _index_error_inside(error: BaseException | None) -> BaseException | None:
@@ -393,8 +405,10 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
     grid = kernel.grid
     binary[grid]                               # loads the module onto the current device (_init_handles)
     device = torch.cuda.current_device()
-    params = [f"a{i}" for i in range(len(kernel.arguments))]
+    params = [f"a{i}" for i in range(len(kernel.arguments))] + list(getattr(kernel, "size_args", ()))
     args = ", ".join(params)
+    if getattr(kernel, "grid_code", None) is not None:     # dynamic shapes: the grid from the sizes
+        grid = (kernel.grid_code, 1, 1)
     lines = [f"def launch({args}):"]
     if checked and fallback is not None:
         test = " or ".join(f"a{i}.data_ptr() & 15" for i in checked)
@@ -411,12 +425,13 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
     except (ImportError, AttributeError):
         enter_hook = exit_hook = None
     scope = {"run": binary.run, "function": binary.function, "metadata": binary.packed_metadata,
-             "get_stream": _current_stream_getter(), "fallback": fallback, "runner": binary[grid],
+             "get_stream": _current_stream_getter(), "fallback": fallback, "runner": binary[kernel.grid],
              "enter_hook": enter_hook, "exit_hook": exit_hook}
     exec(compile("\n".join(lines) + "\n", f"<ember launcher {kernel.name}>", "exec"), scope)
     launch = scope["launch"]
     launch.takes_tensors = True
     launch.scalar_arguments = frozenset(getattr(kernel, "scalars", ()))   # passed as Python numbers
+    launch.size_arguments = tuple(getattr(kernel, "size_args", ()))
     launch.kernel = kernel
     launch.binary = binary
     return launch
