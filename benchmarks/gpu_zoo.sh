@@ -23,7 +23,8 @@
 #    and do step 1 again; runs already recorded there are skipped (run.py --resume).
 #
 # Knobs (environment): ZOO_MODELS (default all), ZOO_COMPILERS (default ember,inductor),
-# ZOO_TIMEOUT (per run, default 240 s), ZOO_MODE (infer), ZOO_DTYPE (bfloat16); for a CPU dry run
+# ZOO_TIMEOUT (per run, default 240 s), ZOO_MODE (infer), ZOO_DTYPE (bfloat16), ZOO_DYNAMIC
+# (run.py --dynamic: none, true or false); for a CPU dry run
 # ZOO_DEVICE=cpu ZOO_SIZE=tiny ZOO_STATE=/tmp/zoo_dry (tiny configs; timings mean nothing).
 # ---------------------------------------------------------------------------------------------
 set -u
@@ -77,7 +78,7 @@ cd "$STATE/src/bench"
 export PYTHONPATH="$STATE/src" PYTHONUNBUFFERED=1
 "$PY" run.py --device "${ZOO_DEVICE:-cuda}" --size "${ZOO_SIZE:-full}" --zoo public --models "${ZOO_MODELS:-all}" --mode "${ZOO_MODE:-infer}" \\
     --dtype "${ZOO_DTYPE:-bfloat16}" --compiler "${ZOO_COMPILERS:-ember,inductor}" \\
-    --timeout "${ZOO_TIMEOUT:-240}" --json "$STATE/all.jsonl" --resume --log-dir "$STATE/logs"
+    --timeout "${ZOO_TIMEOUT:-240}" --dynamic "${ZOO_DYNAMIC:-none}" --json "$STATE/all.jsonl" --resume --log-dir "$STATE/logs"
 echo "suite exit code \$?"
 touch "$STATE/done"
 EOF

@@ -365,8 +365,19 @@ def size_is(tensor: Any, dim: int, size: int) -> None:
     return None
 
 
+def sym_size(tensor: Any, dim: int) -> Any:
+    """``tensor.shape[dim]`` as a graph value (dynamic shapes: a symbolic size in prims)."""
+    return tensor.shape[dim]
+
+
+def size_check(left: Any, op: str, right: Any, expected: bool) -> None:
+    """A graph marker: the captured program compared sizes and took ``expected`` (dynamic shapes:
+    a guard on the relation, from the prims conversion)."""
+    return None
+
+
 def _default_is_impure(node: Node) -> bool:
-    if node.target is size_is:
+    if node.target is size_is or node.target is size_check:
         return True
     name = target_name(node.target)
     return name.endswith("_") and not name.endswith("__") or name in {"copy_", "setitem"}

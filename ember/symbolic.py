@@ -70,6 +70,7 @@ class ShapeEnv:
         self.specialized: list[str] = []             # why sizes were pinned (logs)
         self._decided: dict[tuple, bool] = {}
         self.replacements: dict[sympy.Symbol, sympy.Expr] = {}   # symbols guarded equal to an expression
+        self.frozen = False        # set once the guards are built: no assumption may be added after
         self._hint_values: dict[sympy.Symbol, sympy.Integer] = {}
 
     # ---------------------------------------------------------------- symbols
@@ -128,6 +129,10 @@ class ShapeEnv:
             return known
         answer = self.statically_known(lhs, op, rhs)
         if answer is None:
+            if self.frozen:
+                # the compiled code's guards are built: a new assumption could not be checked
+                raise RuntimeError(f"a decision on symbolic sizes after compiling: {lhs} {op} {rhs} "
+                                   f"(at {_caller()})")
             answer = _COMPARE[op](self.hint(lhs), self.hint(rhs))
             guard_op = op if answer else _NEGATED[op]
             if guard_op == "==":
@@ -139,9 +144,14 @@ class ShapeEnv:
     def _replace(self, lhs: sympy.Expr, rhs: sympy.Expr) -> None:
         """After guarding ``lhs == rhs``, a symbol on one side is the other side from now on, so
         that equal sizes print and compare as one (broadcasting ``s2 == s0`` makes s2 into s0)."""
-        for symbol, value in ((lhs, rhs), (rhs, lhs)):
-            if symbol.is_Symbol and symbol in self.hints and symbol not in value.free_symbols:
-                self.replacements[symbol] = value
+        diff = sympy.expand(lhs - rhs)
+        # the newest symbol that appears alone (coefficient +-1) is solved for: s1 + 1 == s0 + 1
+        # makes s1 into s0, 2*s0 == s1 makes s1 into 2*s0
+        for symbol in sorted(diff.free_symbols, key=lambda s: -int(s.name[1:]) if s.name[1:].isdigit() else 0):
+            coeff = diff.coeff(symbol)
+            rest = diff - coeff * symbol
+            if symbol in self.hints and coeff in (1, -1) and symbol not in rest.free_symbols:
+                self.replacements[symbol] = sympy.expand(-rest / coeff)
                 self.replacements = {s: v.xreplace(self.replacements) for s, v in self.replacements.items()}
                 return
 
@@ -478,7 +488,7 @@ def symbolic_shape(shape: tuple[int, ...], stride: tuple[int, ...], env: ShapeEn
     strides: list[Any] = [0] * len(shape)
     running: Any = 1
     for d in order:
-        strides[d] = running if shape[d] != 1 else stride[d]
+        strides[d] = running      # a size-1 dim's stride is free: the guard does not check it
         running = running * sizes[d]
     return tuple(sizes), tuple(strides)
 

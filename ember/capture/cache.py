@@ -209,10 +209,7 @@ class CapturedFunction:
         if self.dynamic is False or not self.supports_dynamic or self._static_only:
             return {}
         dims: dict[str, set[int]] = {}
-        for name, value in L.items():
-            if not isinstance(value, torch.Tensor):
-                continue
-            source = f"L[{name!r}]"
+        for source, value in _argument_tensors(L):
             seen = self._seen_shapes.setdefault(source, tuple(value.shape))
             wanted = set(range(value.dim())) if self.dynamic is True else set(self._dynamic_dims.get(source, ()))
             if len(seen) == value.dim():
@@ -351,11 +348,12 @@ class CapturedFunction:
             raise _StaticOnly(getattr(compiled, "eager_reason", "the backend ran the graph eagerly"))
         for guard in env.guards:
             session.guards.add_size_relation(guard, env.sources)
+        env.frozen = True     # a later size decision (a lazy compile, an allocation) raises, never goes unchecked
         if enabled("dynamic"):
             symbols = ", ".join(f"{symbol} = {source.name()}.shape[{dim}]" for symbol, (source, dim)
                                 in env.sources.items())
             log("dynamic", f"{self.spec.name}: sizes {symbols}; guards: " +
-                ("; ".join(str(g) for g in env.guards) or "none") +
+                ("; ".join(f"{g} ({g.reason})" for g in env.guards) or "none") +
                 ("".join(f"\n  pinned {why}" for why in env.specialized)))
         return compiled
 
@@ -390,6 +388,23 @@ class _EagerThenFail:
     exception reaches the user; if eager does not raise, the break is a CompileError."""
 
     error: CompileError
+
+
+def _argument_tensors(L: dict, depth: int = 3) -> Any:
+    """(source name, tensor) of the tensor arguments, also inside lists, tuples and dicts of them
+    (a KV cache as a list of (k, v) pairs): the names capture gives their placeholders."""
+    def walk(name: str, value: Any, level: int) -> Any:
+        if isinstance(value, torch.Tensor):
+            yield name, value
+        elif level < depth and type(value) in (list, tuple) and len(value) <= 256:
+            for index, item in enumerate(value):
+                yield from walk(f"{name}[{index!r}]", item, level + 1)
+        elif level < depth and type(value) is dict and len(value) <= 256:
+            for key, item in value.items():
+                if isinstance(key, (str, int)):
+                    yield from walk(f"{name}[{key!r}]", item, level + 1)
+    for local, value in L.items():
+        yield from walk(f"L[{local!r}]", value, 0)
 
 
 class _StaticOnly(Exception):

@@ -149,7 +149,14 @@ def binary_op(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
         return V.SetValue(fn(set(_set_items(tx, left)), set(_set_items(tx, right))))
     if isinstance(left, V.DictValue) and isinstance(right, V.DictValue) and symbol == "|":
         return V.DictValue({**left.items, **right.items})
+    if symbol.rstrip("=") in SIZE_ARITHMETIC:      # dynamic shapes: x.shape[0] * 2 stays a size
+        size = tx.session.size_arithmetic(fn, left, right)
+        if size is not None:
+            return size
     return python_result(fn(_constant(tx, left, symbol), _constant(tx, right, symbol)))
+
+
+SIZE_ARITHMETIC = {"+", "-", "*", "//", "%"}
 
 
 def _set_items(tx: Any, value: V.Value) -> list:
@@ -191,6 +198,10 @@ def compare(tx: Any, symbol: str, left: V.Value, right: V.Value) -> V.Value:
         return result
     if isinstance(left, V.TensorValue) or isinstance(right, V.TensorValue):
         return tensor_ops.record_call(tx.session, fn, [left, right], {})
+    if symbol in ("<", "<=", ">", ">=", "==", "!="):
+        answer = tx.session.size_comparison(symbol, fn, left, right)   # dynamic shapes
+        if answer is not None:
+            return answer
     if symbol in ("==", "!=") and not (left.is_python_constant() and right.is_python_constant()):
         equal = _containers_equal(tx, left, right)
         if equal is None:

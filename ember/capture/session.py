@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from ..graph import Graph, TensorMeta, size_is
+from ..graph import Graph, TensorMeta, size_check, size_is, sym_size
 from ..symbolic import ShapeEnv, symbolic_shape
 from . import autocast, objects
 from . import numpy_values  # numpy
@@ -77,6 +77,52 @@ class CaptureSession:
         """Capture these input dims as size symbols (ember/symbolic.py) instead of their sizes."""
         self.dynamic_dims = {name: set(dims) for name, dims in dynamic_dims.items() if dims}
         self.shape_env = ShapeEnv() if self.dynamic_dims else None
+
+    def size_values(self, value: V.TensorValue) -> V.Value:
+        """``x.shape`` / ``x.size()``: a torch.Size constant, or under dynamic shapes a torch.Size
+        of sizes that each pin only themselves, when the program uses them."""
+        shape = value.meta.shape
+        if self.shape_env is None:
+            return V.ConstantValue(torch.Size(shape))
+        return V.TupleValue([self.size_value(value, dim) for dim in range(len(shape))], None, torch.Size)
+
+    def size_value(self, value: V.TensorValue, dim: int) -> V.Value:
+        if self.shape_env is None:
+            return V.ConstantValue(value.meta.shape[dim])
+        line = self.current_line()
+        return V.SizeValue(value.meta.shape[dim], lambda: self.pin_sizes(value, (dim,)),
+                           lambda: self.graph.call(sym_size, (value.node, dim), {}, None, "sym_size", line))
+
+    def size_arithmetic(self, fn: Any, left: V.Value, right: V.Value) -> V.Value | None:
+        """``fn(left, right)`` (+ - * // %) of sizes and ints, kept symbolic; None: not such a pair."""
+        sizes = [v for v in (left, right) if isinstance(v, V.SizeValue)]
+        others = [v for v in (left, right) if not isinstance(v, V.SizeValue)]
+        if not sizes or any(not (isinstance(v, V.ConstantValue) and type(v.value) is int) for v in others):
+            return None
+        hint = fn(*(v.hint if isinstance(v, V.SizeValue) else v.value for v in (left, right)))
+        if type(hint) is not int:
+            return None
+        args = lambda: tuple(v.node() if isinstance(v, V.SizeValue) else v.value for v in (left, right))  # noqa: E731
+        line = self.current_line()
+
+        def pin() -> None:
+            for v in sizes:
+                v.pin()
+        return V.SizeValue(hint, pin, lambda: self.graph.call(fn, args(), {}, None, "size", line))
+
+    def size_comparison(self, symbol: str, fn: Any, left: V.Value, right: V.Value) -> V.Value | None:
+        """A comparison of sizes: the answer at capture, kept as a ``size_check`` marker (a guard on
+        the relation, not on the sizes); None: not such a pair."""
+        if not (isinstance(left, V.SizeValue) or isinstance(right, V.SizeValue)):
+            return None
+        if any(not isinstance(v, V.SizeValue) and not (isinstance(v, V.ConstantValue) and type(v.value) is int)
+               for v in (left, right)):
+            return None
+        hints = [v.hint if isinstance(v, V.SizeValue) else v.value for v in (left, right)]
+        result = bool(fn(*hints))
+        args = [v.node() if isinstance(v, V.SizeValue) else v.value for v in (left, right)]
+        self.graph.call(size_check, (args[0], symbol, args[1], result), {}, None, "size_check", self.current_line())
+        return V.ConstantValue(result)
 
     def pin_sizes(self, value: V.TensorValue, dims: Any = None) -> None:
         """The trace uses these sizes of ``value`` as Python ints (``x.shape[0]``, ``len(x)``): under

@@ -68,6 +68,8 @@ def to_graph_arg(value: V.Value) -> Any:
         return [to_graph_arg(v) for v in value.items]
     if isinstance(value, V.DictValue):
         return {k: to_graph_arg(v) for k, v in value.items.items()}
+    if isinstance(value, V.SizeValue):     # dynamic shapes: the size as a graph value, not pinned
+        return value.node()
     if isinstance(value, V.ConstantValue):
         return value.value
     if isinstance(value, V.ObjectValue) and isinstance(value.obj, (torch.dtype, torch.device)):
@@ -136,6 +138,8 @@ def _meta_args(value: Any, inputs: list[V.TensorValue]) -> Any:
     if isinstance(value, V.TensorValue):
         inputs.append(value)
         return _meta_tensor(value)
+    if isinstance(value, V.SizeValue):   # the meta run is at the sizes seen (not a decision: no pin)
+        return value.hint
     if isinstance(value, V.TupleValue):
         return tuple(_meta_args(v, inputs) for v in value.items)
     if isinstance(value, V.ListValue):
@@ -324,6 +328,8 @@ def _meta_key_of(value: Any) -> Any:
                 value.node.op == "placeholder")
     if isinstance(value, (V.TupleValue, V.ListValue)):
         return (type(value).__name__, tuple(_meta_key_of(v) for v in value.items))
+    if isinstance(value, V.SizeValue):
+        return ("C", int, value.hint)
     if isinstance(value, V.ConstantValue):
         return ("C", type(value.value), value.value)
     if isinstance(value, V.ObjectValue) and isinstance(value.obj, (torch.dtype, torch.device)):
@@ -412,9 +418,9 @@ def tensor_attribute(session: Any, value: V.TensorValue, name: str) -> V.Value:
         "layout": lambda: torch.strided, "is_sparse": lambda: False, "is_quantized": lambda: False,
         "is_meta": lambda: False, "is_nested": lambda: False, "itemsize": lambda: meta.to_meta_tensor().itemsize,
     }
+    if name == "shape":
+        return session.size_values(value)
     if name in simple:
-        if name == "shape":
-            session.pin_sizes(value)
         return V.ConstantValue(simple[name]())
     if name == "T":
         return record_call(session, torch.Tensor.permute, [value, V.ConstantValue(tuple(range(meta.ndim))[::-1])],
@@ -434,21 +440,28 @@ def tensor_attribute(session: Any, value: V.TensorValue, name: str) -> V.Value:
     return V.TensorMethodValue(name, value)
 
 
-# tensor methods whose results depend on sizes: size(d) on one, __len__ on the first, the others
-# (stride(d) multiplies the sizes of the faster dims) on all
-SIZE_QUERIES = {"size", "stride", "numel", "nelement", "__len__", "is_contiguous"}
+METADATA_METHODS = {"size", "stride", "dim", "ndimension", "numel", "nelement", "is_contiguous",
+                    "is_floating_point", "is_complex", "element_size", "is_signed", "get_device",
+                    "storage_offset", "__len__", "type"}
+# tensor methods whose results depend on sizes: __len__ on the first, the others (stride(d)
+# multiplies the sizes of the faster dims) on all
+SIZE_QUERIES = {"stride", "numel", "nelement", "__len__", "is_contiguous"}
 
 
 def call_tensor_method(session: Any, name: str, self_value: V.TensorValue, args: list[V.Value],
                        kwargs: dict[str, V.Value]) -> V.Value:
     meta = self_value.meta
-    constant_args = [a.as_python() for a in args] if not contains_tensor(args) else None
+    # only metadata queries read their arguments as Python values here (a size passed to view()
+    # must stay a graph value under dynamic shapes)
+    constant_args = [a.as_python() for a in args] \
+        if name in METADATA_METHODS and not contains_tensor(args) else None
     if constant_args is not None and not kwargs:
+        if name == "size":     # under dynamic shapes, sizes pin themselves when used (session.size_value)
+            if not constant_args:
+                return session.size_values(self_value)
+            return session.size_value(self_value, constant_args[0] % max(meta.ndim, 1))
         if name in SIZE_QUERIES:     # the sizes they reveal become Python ints (pinned if symbolic)
-            session.pin_sizes(self_value, [constant_args[0] % max(meta.ndim, 1)] if name == "size" and constant_args
-                              else (0,) if name == "__len__" else None)
-        if name == "size":
-            return V.ConstantValue(torch.Size(meta.shape) if not constant_args else meta.shape[constant_args[0]])
+            session.pin_sizes(self_value, (0,) if name == "__len__" else None)
         if name == "stride":
             return V.ConstantValue(meta.stride if not constant_args else meta.stride[constant_args[0]])
         if name in ("dim", "ndimension"):

@@ -9,6 +9,7 @@ read from outside the frame came from (for guards and for replaying mutation).
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -61,6 +62,47 @@ class ConstantValue(Value):
 
     def describe(self) -> str:
         return repr(self.value)
+
+
+class SizeValue(ConstantValue):
+    """A tensor size, or arithmetic on sizes, under dynamic shapes (``x.shape[0] * 2``).
+
+    Passed to a torch op it is a graph value (``node()``: ``sym_size`` and ``operator`` nodes that
+    the prims conversion evaluates on symbolic sizes); used as a Python int (``.value``: a loop
+    count, a print) it pins the sizes it came from, through ``pin`` (guards once compiled)."""
+
+    def __init__(self, hint: int, pin: Callable[[], None], make_node: Callable[[], Node]) -> None:
+        self._hint = hint
+        self._pin: Callable[[], None] | None = pin
+        self._make_node = make_node
+        self._node: Node | None = None
+        self.source = None
+
+    @property
+    def value(self) -> int:   # type: ignore[override]
+        if self._pin is not None:
+            self._pin()
+            self._pin = None
+        return self._hint
+
+    @property
+    def hint(self) -> int:
+        """The size seen at capture, for meta computations only (never a decision of the program)."""
+        return self._hint
+
+    def pin(self) -> None:
+        self.value  # noqa: B018 - pins
+
+    def node(self) -> Node:
+        if self._node is None:
+            self._node = self._make_node()
+        return self._node
+
+    def python_type(self) -> type:
+        return int
+
+    def describe(self) -> str:
+        return f"a tensor size ({self._hint} here)"
 
 
 class TensorValue(Value):

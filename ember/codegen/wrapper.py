@@ -357,7 +357,8 @@ def _persistent_allocations(sched: Schedule, device: str) -> list[str]:
     for step in sched.kernels:
         for name in step.writes:
             plan = sched.buffers[name]
-            if plan.kind != "intermediate" or plan.allocation != name or name in exposed_storage:
+            if plan.kind != "intermediate" or plan.allocation != name or name in exposed_storage or \
+                    any(is_symbolic(v) for v in (*plan.shape, *plan.stride)):   # sized per call
                 continue
             size = math.prod(plan.shape) * plan.dtype.itemsize
             if size > PERSISTENT_MAX_BYTES or total + size > PERSISTENT_TOTAL_BYTES or name in chosen:

@@ -213,7 +213,13 @@ class _Lowering:
 
     def probe_output_layout(self, fn: Any, args: Any, kwargs: Any, meta: TensorMeta) -> TensorMeta:
         """Run the extern once on zero tensors laid out as its real arguments will be, and keep
-        the strides it really returns (the meta device gets them wrong for some CPU kernels)."""
+        the strides it really returns (the meta device gets them wrong for some CPU kernels).
+        Not with symbolic sizes: the meta's layout then stands (the host restrides if needed)."""
+        refs = [v for v in tree_leaves((args, kwargs)) if isinstance(v, ir.BufferRef)]
+        if any(is_symbolic(v) for v in tuple(meta.shape) + tuple(meta.stride)) or \
+                any(is_symbolic(size) for ref in refs for size in self.nodes[ref.name].shape):
+            return meta
+
         def real(value: Any) -> Any:
             if not isinstance(value, ir.BufferRef):
                 return value

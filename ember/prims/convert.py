@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from ember.errors import CompileError
-from ember.graph import (Graph, Node, TensorMeta, dense_strides_like, is_dense, size_is, target_name, tree_leaves,
-                         tree_map)
-from ember.symbolic import hint_of, is_symbolic
+from ember.graph import (Graph, Node, TensorMeta, dense_strides_like, is_dense, size_check, size_is, sym_size,
+                         target_name, tree_leaves, tree_map)
+from ember.symbolic import SymInt, hint_of, is_symbolic
 from ember.prims import functionalize as F
 from ember.prims import ops
 from ember.prims.extern_shapes import hint_meta_tensor, symbolic_output_meta
@@ -30,6 +30,12 @@ from ember.prims.values import (Emitter, Value, _meta_of, building, concrete_met
 
 
 P_detach = primitives.detach
+
+
+COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+           "!=": operator.ne}
+SIZE_ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.iadd,
+                   operator.isub, operator.imul, operator.ifloordiv, operator.imod}
 
 
 def _metas(meta: Any) -> tuple:
@@ -106,6 +112,18 @@ class _Converter:
         return tree_map(load, value)
 
     def _call(self, node: Node) -> Any:
+        if node.target is sym_size:     # dynamic shapes: a size as a value (an int or a SymInt)
+            tensor, dim = self._resolve(node.args)
+            return tensor.shape[dim]
+        if node.target is size_check:   # the captured code compared sizes: a guard on the relation
+            left, op, right, expected = self._resolve(node.args)
+            if COMPARE[op](left, right) != expected:
+                raise CompileError(f"sizes {left} {op} {right} is not {expected} as capture saw", stage="prims")
+            return None
+        if node.target in SIZE_ARITHMETIC and node.meta is None:   # arithmetic on sizes
+            args = self._resolve(node.args)
+            if all(isinstance(a, (int, SymInt)) and not isinstance(a, bool) for a in args):
+                return node.target(*args)
         if node.target is size_is:      # a size the captured Python code used as a plain int
             tensor, dim, size = self._resolve(node.args)
             actual = tensor.shape[dim]

@@ -75,7 +75,9 @@ def expand_to(x: Any, shape: Sequence[Size]) -> Any:
     if not is_tensor(x):
         return x
     shape = tuple(shape)
-    if tuple(x.shape) == shape:
+    # lengths first: tuple == compares items before lengths, and a size symbol against another
+    # rank's size would be a needless guard
+    if x.ndim == len(shape) and tuple(x.shape) == shape:
         return x
     if x.ndim < len(shape):
         x = reshape(x, (1,) * (len(shape) - x.ndim) + tuple(x.shape))
