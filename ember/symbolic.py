@@ -444,10 +444,11 @@ def _print(expr: sympy.Expr, names: Callable[[sympy.Symbol], str], div: str) -> 
             raise ValueError(f"a size with a fraction: {expr}")
         factors = [_print(f, names, div) for f in sympy.Mul.make_args(rest)]
         if coeff != 1:
-            factors.insert(0, str(int(coeff)))
-        return "*".join(factors) if len(factors) > 1 else factors[0]
+            factors.insert(0, str(int(coeff)) if coeff > 0 else f"({int(coeff)})")
+        # parenthesized: a product printed after // or % must stay one operand (x // (3*s1))
+        return f"({'*'.join(factors)})" if len(factors) > 1 else factors[0]
     if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
-        return "*".join([_print(expr.base, names, div)] * int(expr.exp))
+        return f"({'*'.join([_print(expr.base, names, div)] * int(expr.exp))})"
     if isinstance(expr, sympy.floor):
         numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
         a, b = _print(sympy.expand(numerator), names, div), _print(denominator, names, div)

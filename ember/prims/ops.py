@@ -17,7 +17,7 @@ from ember.graph import Size
 from ember.prims import primitives as P
 from ember.prims.meta import broadcast_shapes, view_strides  # noqa: F401  (re-exported)
 from ember.prims.type_promotion import LOW_PRECISION, Promotion, computation_dtype, elementwise_dtypes
-from ember.symbolic import is_symbolic
+from ember.symbolic import SymInt, is_symbolic
 from ember.prims.values import Value, current, emit, emit_with_meta, is_tensor
 
 Number = (bool, int, float, complex)
@@ -262,18 +262,24 @@ def slice_dim(x: Value, dim: int, start: Any = None, end: Any = None, step: int 
     start = 0 if start is None else start
     end = size if end is None else end
     start, end = _clamp_index(start, size), _clamp_index(end, size)
-    if isinstance(start, int) and isinstance(end, int) and end < start:
+    if _is_size(start) and _is_size(end) and end < start:
         end = start
     if start == 0 and end == size and step == 1:
         return x
     return emit(P.slice_, x, dim, start, end, step)
 
 
+def _is_size(value: Any) -> bool:
+    """An int or a symbolic size (whose comparisons are guarded decisions)."""
+    return isinstance(value, (int, SymInt)) and not isinstance(value, bool)
+
+
 def _clamp_index(index: Any, size: Size) -> Any:
-    if isinstance(index, int) and index < 0:
+    """Python's clamping of a slice bound into [0, size] (with symbolic sizes: guarded)."""
+    if _is_size(index) and index < 0:
         index = index + size
-        return index if not isinstance(index, int) else builtins.max(index, 0)
-    if isinstance(index, int) and isinstance(size, int):
+        return builtins.max(index, 0) if _is_size(index) else index
+    if _is_size(index) and _is_size(size):
         return builtins.min(index, size)
     return index
 

@@ -884,8 +884,9 @@ def test_long_rows_do_not_recompile():
 
 
 # ---------------------------------------------------------------------------------------- wrong results
-# These corrupt memory (out-of-bounds reads or writes: one segfaulted the test process), so each
-# runs in a child process.
+# These corrupted memory before their fixes (a // (3*s1) printed as a // 3*s1; slice bounds not
+# clamped to a symbolic size: out-of-bounds reads and writes, one segfaulted the test process), so
+# each runs in a child process.
 def permute_two_layouts(x):
     return x.permute(2, 0, 1) + 1, x.transpose(0, 1).contiguous(), x.sum(2).t() * 2, x.mT.exp()
 
@@ -901,14 +902,7 @@ def _run_isolated(name: str) -> None:
     run_sizes(case.fn, case.make, case.sizes, rtol=case.tol, atol=case.tol)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param("permute_two_layouts", marks=pytest.mark.xfail(strict=True, reason=(
-        "index expressions print a // (3*s1) as a // 3*s1 (C and Python precedence): a fused kernel whose "
-        "outputs have different layouts reads and writes out of bounds (wrong values, segfault)"))),
-    pytest.param("slicing", marks=pytest.mark.xfail(strict=True, reason=(
-        "slice bounds past a dynamic size are not clamped: x[-100:] is (100, 6) for n = 5, x[2:5] is (3, 6) "
-        "for n = 3 (out-of-bounds reads); x[4:] raises 'negative dimension' for n = 3"))),
-])
+@pytest.mark.parametrize("name", list(ISOLATED_CASES))
 def test_wrong_results_in_a_child_process(name):
     import subprocess
     import sys
