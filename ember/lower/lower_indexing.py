@@ -72,7 +72,7 @@ def checked_indirect(self: Any, value: Expr, size: int, dim: int, runtime_error:
     value = value if value.dtype == torch.int64 else ir.Cast(value, torch.int64)
     reported = _index_before_wrapping(self, value, size)
     code = dim * 4 + (RUNTIME_ERROR if runtime_error else 0) + (WRAPPED if reported is not None else 0)
-    checked = Op("check_index", (value, Const(size, torch.int64), Const(code, torch.int64),
+    checked = Op("check_index", (value, _int_value(size), Const(code, torch.int64),
                                  reported if reported is not None else value), torch.int64)
     return ir.index(ir.Indirect(checked, size))
 
@@ -183,8 +183,10 @@ def _gather(self, node: Node, x: Any, dim: int, index: Any) -> Any:
     if not x.shape:
         return self.lower_extern(node)
     dim = dim % len(x.shape)
-    if x.shape[dim] == 0:
-        return self.lower_extern(node)     # no element to read: eager raises (or returns empty)
+    if x.shape[dim] in (0, 1):
+        # no element to read: eager raises (or returns empty); one element: a size-1 dim takes no
+        # part in addresses, so an in-kernel check of the index would be dropped with it
+        return self.lower_extern(node)
 
     def body(idx: tuple[Index, ...]) -> Expr:
         picked = checked_indirect(self, index.load(idx), x.shape[dim], dim, runtime_error=True)
@@ -210,8 +212,8 @@ def _index(self, node: Node, x: Any, indices: Any) -> Any:
             [x.shape[d] for d in kept if d > indexed[-1]]
     else:
         out_shape = list(broadcast) + [x.shape[d] for d in kept]
-    if tuple(out_shape) != tuple(meta.shape) or any(x.shape[d] == 0 for d in indexed):
-        return self.lower_extern(node)
+    if tuple(out_shape) != tuple(meta.shape) or any(x.shape[d] in (0, 1) for d in indexed):
+        return self.lower_extern(node)     # (size 1: see _gather)
 
     def body(idx: tuple[Index, ...]) -> Expr:
         block = idx[first:first + len(broadcast)]
