@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ember
+from dynamic_shapes import per_call, sync   # the same timing loop (benchmarks/ is on sys.path)
 
 
 class Block(nn.Module):
@@ -65,23 +66,6 @@ def empty_caches(model: Decoder, length: int, device: str, dtype: torch.dtype) -
             for _ in model.blocks]
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def per_token(step, model_input, caches, device: str, seconds: float = 0.4) -> float:
-    for _ in range(3):
-        step(model_input, caches)
-    sync(device)
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        step(model_input, caches)
-        count += 1
-    sync(device)
-    return (time.perf_counter() - start) / count
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -116,9 +100,9 @@ def main() -> None:
             static(x, caches)
             times: dict[str, list[float]] = {"eager": [], "static": [], "dynamic": []}
             for _ in range(3):
-                times["eager"].append(per_token(model, x, caches, device))
-                times["static"].append(per_token(static, x, caches, device))
-                times["dynamic"].append(per_token(compiled, x, caches, device))
+                times["eager"].append(per_call(model, (x, caches), device))
+                times["static"].append(per_call(static, (x, caches), device))
+                times["dynamic"].append(per_call(compiled, (x, caches), device))
             best = {k: min(v) * 1e6 for k, v in times.items()}
             row = {"cache": length, "device": device, "dtype": args.dtype, "compiles": compiles,
                    "max_error": worst, "eager_us": best["eager"], "static_us": best["static"],

@@ -58,7 +58,7 @@ SWEEP = [64, 96, 128, 257, 512, 1000, 2048, 3001, 4096]
 TIMED = [128, 1000, 4096]
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
 
@@ -66,12 +66,12 @@ def _sync(device: str) -> None:
 def per_call(fn, args, device: str, seconds: float = 0.3) -> float:
     for _ in range(3):
         fn(*args)
-    _sync(device)
+    sync(device)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         fn(*args)
         count += 1
-    _sync(device)
+    sync(device)
     return (time.perf_counter() - start) / count
 
 
@@ -98,7 +98,7 @@ def main() -> None:
             inputs = make(n, device, dtype)
             started = time.perf_counter()
             got = dynamic(*inputs)
-            _sync(device)
+            sync(device)
             compile_seconds.append(time.perf_counter() - started)
             correct &= close(got, fn(*inputs), dtype)
         compiles = len(dynamic._ember_captured.events)
@@ -109,7 +109,7 @@ def main() -> None:
             static = ember.compile(fn, dynamic=False)
             started = time.perf_counter()
             static(*inputs)
-            _sync(device)
+            sync(device)
             static_compile = time.perf_counter() - started
             times = {"eager": [], "static": [], "dynamic": []}
             for _ in range(3):     # interleaved: these machines are noisy

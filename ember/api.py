@@ -166,7 +166,7 @@ _DYNAMIC_BACKENDS = {"ember"}
 
 def mark_dynamic(tensor: torch.Tensor, dims: int | Sequence[int]) -> None:
     """Compile ``tensor``'s dims ``dims`` with symbolic sizes from its first compile on (as
-    ``torch._dynamo.mark_dynamic``), when it is an argument of a compiled function."""
+    Dynamo's ``mark_dynamic``), when it is an argument of a compiled function."""
     tensor._ember_dynamic_dims = set(getattr(tensor, "_ember_dynamic_dims", ())) | set(_dims(tensor, dims))
 
 
