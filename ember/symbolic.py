@@ -93,10 +93,6 @@ class ShapeEnv:
         return int(value)
 
     # ---------------------------------------------------------------- decisions
-    def bounds(self, expr: sympy.Expr) -> tuple[float, float]:
-        """Lower and upper bounds of ``expr`` over the symbols' ranges (interval arithmetic)."""
-        return _bounds(sympy.expand(expr), self.ranges)
-
     def statically_known(self, lhs: Any, op: str, rhs: Any = 0) -> bool | None:
         """True/False when the ranges decide ``lhs op rhs`` for every size, else None."""
         raw = _expr(lhs) - _expr(rhs)
@@ -168,8 +164,6 @@ class ShapeEnv:
         self.specialized.append(f"{value} = {hint}: {reason} at {_caller()}")
         return hint
 
-    def guards_hold(self, values: dict[sympy.Symbol, int]) -> bool:
-        return all(guard.holds(values) for guard in self.guards)
 
 
 def _caller() -> str:
@@ -385,16 +379,6 @@ def is_symbolic(value: Any) -> bool:
 def hint_of(value: Any) -> int:
     """A size's value at the hints (an int as it is)."""
     return value.hint if isinstance(value, SymInt) else int(value)
-
-
-def free_symbols(*values: Any) -> set[sympy.Symbol]:
-    out: set[sympy.Symbol] = set()
-    for value in values:
-        if isinstance(value, SymInt):
-            out |= value.expr.free_symbols
-        elif isinstance(value, sympy.Basic):
-            out |= value.free_symbols
-    return out
 
 
 # ------------------------------------------------------------------ printing
