@@ -161,16 +161,17 @@ def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor,
         device_check, consts = "{v}.device == {device}", {"device": device}
     # `.shape` is cheaper than `.size()`; the storage offset matters to views of inputs that a
     # backend rebuilds with as_strided (prim graphs' output_aliases), so it is guarded too
-    # separate checks, so that the "recompiles" log names the one that failed
+    # two checks, so that the "recompiles" log names the kind that failed (identity, or layout);
+    # not more: every parameter of a model is checked on every call
     guards.add(source, "type({v}) is {cls} and {v}.dtype is {dtype} and " + device_check +
                " and {v}.requires_grad is {requires_grad}",
                cls=type(tensor), dtype=tensor.dtype, requires_grad=bool(tensor.requires_grad), **consts)
     if symbolic is not None:
-        guards.add(source, _symbolic_layout_check(tensor, *symbolic))
+        guards.add(source, _symbolic_layout_check(tensor, *symbolic) + " and {v}.storage_offset() == {offset}",
+                   offset=tensor.storage_offset())
     else:
-        guards.add(source, "{v}.shape == {size}", size=tuple(tensor.shape))
-        guards.add(source, "{v}.stride() == {stride}", stride=tuple(tensor.stride()))
-    guards.add(source, "{v}.storage_offset() == {offset}", offset=tensor.storage_offset())
+        guards.add(source, "{v}.shape == {size} and {v}.stride() == {stride} and {v}.storage_offset() == {offset}",
+                   size=tuple(tensor.shape), stride=tuple(tensor.stride()), offset=tensor.storage_offset())
 
 
 def _symbolic_layout_check(tensor: torch.Tensor, sizes: tuple, strides: tuple) -> str:
