@@ -95,6 +95,18 @@ def compile_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
+def vectorization_report(source: str) -> str | None:
+    """g++'s report of the loops it vectorized in ``source`` (``-fopt-info-vec-optimized``, built
+    with the kernels' flags; None when the compiler has no such report).  For tests."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "report.cpp")
+        with open(src, "w") as f:
+            f.write(source)
+        result = subprocess.run([CXX, *BASE_FLAGS, *compile_flags(), "-fopt-info-vec-optimized", src,
+                                 "-o", os.path.join(tmp, "report.so")], capture_output=True, text=True, check=False)
+    return result.stderr if result.returncode == 0 and "optimized" in result.stderr else None
+
+
 def cache_key(source: str, flags: list[str]) -> str:
     text = "\0".join([source, " ".join(flags), compiler_version()])
     return hashlib.sha256(text.encode()).hexdigest()
