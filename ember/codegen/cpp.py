@@ -513,7 +513,7 @@ class KernelPrinter:
             return
         plan = self.buffers[buffer]
         self.emit(depth, f"{self.pointer(buffer)}[{self.address(plan, index)}] = "
-                         f"{_to_storage(value, plan.dtype, body.dtype)};")
+                         f"{_to_storage(value, plan.dtype, body.dtype, self.holds_rounded(body, plan.dtype))};")
 
     # ---------------------------------------------------------- expressions
     def lookup(self, expr: Expr) -> str | None:
@@ -583,11 +583,30 @@ class KernelPrinter:
         if isinstance(node, Cast):
             if node.arg.dtype.is_floating_point and not node.dtype.is_floating_point and node.dtype != torch.bool:
                 self.float_to_int = True
-            return _cast(self.arg(node.arg), node.arg.dtype, node.dtype)
+            return _cast(self.arg(node.arg), node.arg.dtype, node.dtype,
+                         skip_rounding=self.holds_rounded(node.arg, node.arg.dtype if node.arg.dtype in LOW_PRECISION
+                                                          else node.dtype))
         if isinstance(node, Op):
             inline_exp = node.op == "exp" and INLINE_EXPF and self.may_be_far_below_zero(node.args[0])
             return render_op(node, [self.arg(a) for a in node.args], inline_exp)
         raise CompileError(f"cannot print {type(node).__name__}", stage="codegen")
+
+    def holds_rounded(self, expr: Expr, dtype: torch.dtype) -> bool:
+        """Is ``expr``'s value, as printed, already a ``dtype`` (bf16/fp16) number, so that rounding
+        it to ``dtype`` changes nothing?  A load from a buffer stored in ``dtype``, a reduction
+        result of ``dtype`` (rounded in its register), a cast to ``dtype``, or a widening of a
+        ``dtype`` value.  The bf16 blocks' casts rounded the same value up to three times."""
+        if dtype not in LOW_PRECISION:
+            return False
+        if isinstance(expr, Load):
+            if expr.buffer in self.registers:
+                return expr.dtype == dtype
+            plan = self.buffers.get(expr.buffer)
+            return (plan is not None and plan.dtype == dtype and expr.dtype == dtype
+                    and expr.buffer not in self.row_cache.private_arrays)
+        if isinstance(expr, Cast):
+            return expr.dtype == dtype or (expr.arg.dtype == dtype and expr.dtype in (torch.float32, torch.float64))
+        return False
 
     def may_be_far_below_zero(self, expr: Expr) -> bool:
         """Does ``expr`` hold a -inf constant or subtract a max reduction (see INLINE_EXPF)?"""
@@ -662,9 +681,10 @@ def _from_storage(raw: str, dtype: torch.dtype) -> str:
     return raw
 
 
-def _to_storage(value: str, dtype: torch.dtype, value_dtype: torch.dtype) -> str:
+def _to_storage(value: str, dtype: torch.dtype, value_dtype: torch.dtype, rounded: bool = False) -> str:
+    """``rounded``: the value is a bf16/fp16 number already (KernelPrinter.holds_rounded)."""
     if dtype == torch.bfloat16:
-        return f"ember_float_to_bf16({value})"
+        return f"ember_bf16_bits({value})" if rounded else f"ember_float_to_bf16({value})"
     if dtype == torch.float16:
         return f"ember_float_to_half({value})"
     if dtype == torch.bool and value_dtype != torch.bool:
@@ -698,12 +718,16 @@ def _register_value(result: str, dtype: torch.dtype) -> str:
     return f"static_cast<{compute_type(dtype)}>({result})"
 
 
-def _cast(value: str, src: torch.dtype, dst: torch.dtype) -> str:
-    if src in LOW_PRECISION and dst != src:
+def _cast(value: str, src: torch.dtype, dst: torch.dtype, skip_rounding: bool = False) -> str:
+    """``skip_rounding``: the value is already a number of the low-precision dtype rounded to
+    (``src`` if that is bf16/fp16, else ``dst``; see KernelPrinter.holds_rounded)."""
+    if src in LOW_PRECISION and dst != src and not skip_rounding:
         # the value is a bf16/fp16 tensor in eager: round it before it changes type
         value = f"ember_round_{'bf16' if src == torch.bfloat16 else 'half'}({value})"
     if dst == torch.bool:
         return f"({value} != 0)"
+    if dst in LOW_PRECISION and src not in LOW_PRECISION and skip_rounding:
+        return f"static_cast<float>({value})"
     if dst == torch.bfloat16:
         return f"ember_round_bf16(static_cast<float>({value}))"
     if dst == torch.float16:

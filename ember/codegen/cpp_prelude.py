@@ -52,6 +52,9 @@ static inline uint16_t ember_float_to_bf16(float f) {  // round to nearest even,
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
+static inline uint16_t ember_bf16_bits(float f) {  // f is a bf16 number already (NaN: a quiet one)
+  uint32_t u; std::memcpy(&u, &f, 4); return static_cast<uint16_t>(u >> 16);
+}
 static inline float ember_half_to_float(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return static_cast<float>(v); }
 static inline uint16_t ember_float_to_half(float f) {
   _Float16 v = static_cast<_Float16>(f); uint16_t h; std::memcpy(&h, &v, 2); return h;
