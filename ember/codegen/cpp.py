@@ -392,7 +392,7 @@ class KernelPrinter:
                     result = mean
                 else:
                     if is_symbolic(n):
-                        denom = f"std::max<{acc_type}>({acc_type}({n}) - {red.correction!r}, 0)"
+                        denom = f"ember::max<{acc_type}>({acc_type}({n}) - {red.correction!r}, 0)"
                     else:
                         denom = f"{acc_type}({max(n - red.correction, 0)!r})"
                     result = f"{base}_m2 / {denom}"
@@ -738,16 +738,16 @@ def _cast(value: str, src: torch.dtype, dst: torch.dtype, skip_rounding: bool = 
 # signbit as copysign: g++ 12 -O3 crashes (ICE in extract_insn) vectorizing std::signbit of a bf16 load
 _UNARY_FLOAT = {
     "exp": "exp{F}({0})", "exp2": "exp2{F}({0})", "expm1": "expm1{F}({0})", "log": "log{F}({0})",
-    "log1p": "log1p{F}({0})", "log2": "log2{F}({0})", "log10": "log10{F}({0})", "sqrt": "std::sqrt({0})",
-    "rsqrt": "({T}(1) / std::sqrt({0}))", "reciprocal": "({T}(1) / {0})", "sin": "sin{F}({0})",
+    "log1p": "log1p{F}({0})", "log2": "log2{F}({0})", "log10": "log10{F}({0})", "sqrt": "ember::sqrt({0})",
+    "rsqrt": "({T}(1) / ember::sqrt({0}))", "reciprocal": "({T}(1) / {0})", "sin": "sin{F}({0})",
     "cos": "cos{F}({0})", "tan": "tan{F}({0})", "asin": "asin{F}({0})", "acos": "acos{F}({0})",
     "atan": "atan{F}({0})", "sinh": "sinh{F}({0})", "cosh": "cosh{F}({0})", "tanh": "tanh{F}({0})",
     "asinh": "asinh{F}({0})", "acosh": "acosh{F}({0})", "atanh": "atanh{F}({0})", "erf": "erf{F}({0})",
-    "erfc": "erfc{F}({0})", "erfinv": "static_cast<{T}>(ember_erfinv({0}))", "lgamma": "std::lgamma({0})",
-    "sigmoid": "({T}(1) / ({T}(1) + exp{F}(-{0})))", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
-    "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "abs": "std::abs({0})", "neg": "(-{0})",
-    "sign": "ember_sign({0})", "signbit": "(std::copysign({T}(1), {0}) < {T}(0))", "isnan": "({0} != {0})",
-    "isinf": "std::isinf({0})", "isfinite": "std::isfinite({0})", "logical_not": "!({0})",
+    "erfc": "erfc{F}({0})", "erfinv": "static_cast<{T}>(ember_erfinv({0}))", "lgamma": "ember::lgamma({0})",
+    "sigmoid": "({T}(1) / ({T}(1) + exp{F}(-{0})))", "floor": "ember::floor({0})", "ceil": "ember::ceil({0})",
+    "round": "ember::nearbyint({0})", "trunc": "ember::trunc({0})", "abs": "ember::abs({0})", "neg": "(-{0})",
+    "sign": "ember_sign({0})", "signbit": "(ember::copysign({T}(1), {0}) < {T}(0))", "isnan": "({0} != {0})",
+    "isinf": "ember::isinf({0})", "isfinite": "ember::isfinite({0})", "logical_not": "!({0})",
 }
 _UNARY_INT = {
     "abs": "({0} < 0 ? static_cast<{T}>(-{0}) : {0})", "neg": "static_cast<{T}>(-{0})", "sign": "ember_sign({0})",
@@ -763,8 +763,8 @@ _BINARY_COMMON = {
 }
 _BINARY_FLOAT = {
     "floor_divide": "ember_floordiv_float({0}, {1})", "remainder": "ember_remainder_float({0}, {1})",
-    "fmod": "std::fmod({0}, {1})", "pow": "pow{F}({0}, {1})", "atan2": "atan2{F}({0}, {1})",
-    "hypot": "hypot{F}({0}, {1})", "copysign": "std::copysign({0}, {1})",
+    "fmod": "ember::fmod({0}, {1})", "pow": "pow{F}({0}, {1})", "atan2": "atan2{F}({0}, {1})",
+    "hypot": "hypot{F}({0}, {1})", "copysign": "ember::copysign({0}, {1})",
 }
 _BINARY_INT = {
     "floor_divide": "ember_floordiv_int({0}, {1})", "remainder": "ember_remainder_int({0}, {1})",

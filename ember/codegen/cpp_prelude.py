@@ -1,10 +1,59 @@
 """The C++ helper functions every generated .cpp starts with (numerics that must match torch)."""
 
 PRELUDE = r"""
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+
+// ---- the C math library, declared here rather than through <cmath>, which took 0.25 s of each
+// 0.4 s build; the rest are g++ builtins (inline instructions where the target has them)
+extern "C" {
+float acosf(float) noexcept; double acos(double) noexcept; float acoshf(float) noexcept; double acosh(double) noexcept;
+float asinf(float) noexcept; double asin(double) noexcept; float asinhf(float) noexcept; double asinh(double) noexcept;
+float atanf(float) noexcept; double atan(double) noexcept; float atanhf(float) noexcept; double atanh(double) noexcept;
+float cbrtf(float) noexcept; double cbrt(double) noexcept; float cosf(float) noexcept; double cos(double) noexcept;
+float coshf(float) noexcept; double cosh(double) noexcept; float erff(float) noexcept; double erf(double) noexcept;
+float erfcf(float) noexcept; double erfc(double) noexcept; float expf(float) noexcept; double exp(double) noexcept;
+float exp10f(float) noexcept; double exp10(double) noexcept; float exp2f(float) noexcept; double exp2(double) noexcept;
+float expm1f(float) noexcept; double expm1(double) noexcept; float lgammaf(float) noexcept; double lgamma(double) noexcept;
+float logf(float) noexcept; double log(double) noexcept; float log10f(float) noexcept; double log10(double) noexcept;
+float log1pf(float) noexcept; double log1p(double) noexcept; float log2f(float) noexcept; double log2(double) noexcept;
+float sinf(float) noexcept; double sin(double) noexcept; float sinhf(float) noexcept; double sinh(double) noexcept;
+float tanf(float) noexcept; double tan(double) noexcept; float tanhf(float) noexcept; double tanh(double) noexcept;
+float fmodf(float, float) noexcept; double fmod(double, double) noexcept; float atan2f(float, float) noexcept; double atan2(double, double) noexcept;
+float hypotf(float, float) noexcept; double hypot(double, double) noexcept; float powf(float, float) noexcept; double pow(double, double) noexcept;
+}
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#endif
+#ifndef NAN
+#define NAN (__builtin_nanf(""))
+#endif
+namespace ember {
+static inline float sqrt(float x) { return __builtin_sqrtf(x); }
+static inline double sqrt(double x) { return __builtin_sqrt(x); }
+static inline float abs(float x) { return __builtin_fabsf(x); }
+static inline double abs(double x) { return __builtin_fabs(x); }
+static inline float floor(float x) { return __builtin_floorf(x); }
+static inline double floor(double x) { return __builtin_floor(x); }
+static inline float ceil(float x) { return __builtin_ceilf(x); }
+static inline double ceil(double x) { return __builtin_ceil(x); }
+static inline float trunc(float x) { return __builtin_truncf(x); }
+static inline double trunc(double x) { return __builtin_trunc(x); }
+static inline float nearbyint(float x) { return __builtin_nearbyintf(x); }
+static inline double nearbyint(double x) { return __builtin_nearbyint(x); }
+static inline float copysign(float x, float y) { return __builtin_copysignf(x, y); }
+static inline double copysign(double x, double y) { return __builtin_copysign(x, y); }
+static inline float fmod(float x, float y) { return fmodf(x, y); }
+static inline double fmod(double x, double y) { return ::fmod(x, y); }
+static inline float lgamma(float x) { return lgammaf(x); }
+static inline double lgamma(double x) { return ::lgamma(x); }
+static inline bool isinf(float x) { return __builtin_isinf(x); }
+static inline bool isinf(double x) { return __builtin_isinf(x); }
+static inline bool isfinite(float x) { return __builtin_isfinite(x); }
+static inline bool isfinite(double x) { return __builtin_isfinite(x); }
+template <typename T> static inline T max(T a, T b) { return a < b ? b : a; }
+}  // namespace ember
 
 #ifdef EMBER_USE_LIBMVEC
 // glibc's libmvec has SIMD versions of these; declaring them 'simd' lets g++ vectorize loops that call them
@@ -144,15 +193,15 @@ template <typename T> static inline T ember_floordiv_int(T a, T b) {
 }
 template <typename T> static inline T ember_floordiv_float(T a, T b) {
   if (b == 0) return a / b;
-  T mod = std::fmod(a, b);
+  T mod = ember::fmod(a, b);
   T div = (a - mod) / b;
   if ((mod != 0) && ((b < 0) != (mod < 0))) div -= 1;
   T floordiv;
   if (div != 0) {
-    floordiv = std::floor(div);
+    floordiv = ember::floor(div);
     if (div - floordiv > static_cast<T>(0.5)) floordiv += 1;
   } else {
-    floordiv = std::copysign(static_cast<T>(0), a / b);
+    floordiv = ember::copysign(static_cast<T>(0), a / b);
   }
   return floordiv;
 }
@@ -163,7 +212,7 @@ template <typename T> static inline T ember_remainder_int(T a, T b) {
   return r;
 }
 template <typename T> static inline T ember_remainder_float(T a, T b) {
-  T mod = std::fmod(a, b);
+  T mod = ember::fmod(a, b);
   if ((mod != 0) && ((b < 0) != (mod < 0))) mod += b;
   return mod;
 }
@@ -186,7 +235,7 @@ template <typename T> static inline T ember_sign(T a) { return (a > 0) ? T(1) : 
 static inline double ember_erfinv(double y) {  // Giles' approximation + two Newton steps on erf
   if (y <= -1) return y == -1 ? -INFINITY : NAN;
   if (y >= 1) return y == 1 ? INFINITY : NAN;
-  double w = -std::log((1.0 - y) * (1.0 + y)), x;
+  double w = -log((1.0 - y) * (1.0 + y)), x;
   if (w < 6.25) {
     w -= 3.125;
     x = -3.6444120640178196996e-21; x = -1.685059138182016589e-19 + x * w; x = 1.2858480715256400167e-18 + x * w;
@@ -198,7 +247,7 @@ static inline double ember_erfinv(double y) {  // Giles' approximation + two New
     x = 0.0001867342080340571352 + x * w; x = -0.00074070253416626697512 + x * w; x = -0.0060336708714301490533 + x * w;
     x = 0.24015818242558961693 + x * w; x = 1.6536545626831027356 + x * w;
   } else if (w < 16.0) {
-    w = std::sqrt(w) - 3.25;
+    w = ember::sqrt(w) - 3.25;
     x = 2.2137376921775787049e-09; x = 9.0756561938885390979e-08 + x * w; x = -2.7517406297064545428e-07 + x * w;
     x = 1.8239629214389227755e-08 + x * w; x = 1.5027403968909827627e-06 + x * w; x = -4.013867526981545969e-06 + x * w;
     x = 2.9234449089955446044e-06 + x * w; x = 1.2475304481671778723e-05 + x * w; x = -4.7318229009055733981e-05 + x * w;
@@ -207,7 +256,7 @@ static inline double ember_erfinv(double y) {  // Giles' approximation + two New
     x = -0.0037512085075692412107 + x * w; x = 0.005370914553590063617 + x * w; x = 1.0052589676941592334 + x * w;
     x = 3.0838856104922207635 + x * w;
   } else {
-    w = std::sqrt(w) - 5.0;
+    w = ember::sqrt(w) - 5.0;
     x = -2.7109920616438573243e-11; x = -2.5556418169965252055e-10 + x * w; x = 1.5076572693500548083e-09 + x * w;
     x = -3.7894654401267369937e-09 + x * w; x = 7.6157012080783393804e-09 + x * w; x = -1.4960026627149240478e-08 + x * w;
     x = 2.9147953450901080826e-08 + x * w; x = -6.7711997758452339498e-08 + x * w; x = 2.2900482228026654717e-07 + x * w;
@@ -216,7 +265,7 @@ static inline double ember_erfinv(double y) {  // Giles' approximation + two New
     x = 1.0103004648645343977 + x * w; x = 4.8499064014085844221 + x * w;
   }
   x *= y;
-  for (int i = 0; i < 2; ++i) x -= (std::erf(x) - y) / (1.1283791670955126 * std::exp(-x * x));
+  for (int i = 0; i < 2; ++i) x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
   return x;
 }
 """

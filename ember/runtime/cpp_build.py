@@ -57,7 +57,6 @@ def _probe(flags: list[str], source: str = 'extern "C" int probe() { return 1; }
 
 
 _LIBMVEC_PROBE = """
-#include <cmath>
 extern "C" float tanhf(float) noexcept __attribute__((simd("notinbranch")));
 extern "C" void probe(const float* __restrict__ a, float* __restrict__ b) {
 #pragma omp simd
@@ -66,12 +65,14 @@ extern "C" void probe(const float* __restrict__ a, float* __restrict__ b) {
 """
 
 
-_AVX2_ONLY_PROBE = """
-#if !defined(__AVX2__) || defined(__AVX512F__)
-#error not an AVX2-only target
-#endif
-extern "C" int probe() { return 1; }
-"""
+def _target_macros(flags: list[str]) -> set[str] | None:
+    """The macros g++ predefines for ``flags`` (preprocessing only: a tenth of a compile), or None
+    when it refuses them."""
+    result = subprocess.run([CXX, *flags, "-dM", "-E", "-x", "c++", os.devnull], capture_output=True,
+                            text=True, check=False)
+    if result.returncode != 0:
+        return None
+    return {line.split()[1] for line in result.stdout.splitlines() if line.startswith("#define ")}
 
 
 @functools.cache
@@ -85,9 +86,12 @@ def compile_flags() -> tuple[str, ...]:
             flags = tuple(f.read().split())
         if set(flags) <= KNOWN_PROBED_FLAGS:   # never pass g++ flags ember did not write
             return flags
-    flags = list(NATIVE_FLAGS) if _probe(NATIVE_FLAGS) else []   # -march=native can fail in odd containers
-    if flags and _probe(flags + WIDE_VECTOR_FLAGS, _AVX2_ONLY_PROBE):
-        flags += WIDE_VECTOR_FLAGS
+    flags = []
+    macros = _target_macros(NATIVE_FLAGS)        # -march=native can fail in odd containers
+    if macros is not None:
+        flags += NATIVE_FLAGS
+        if "__AVX2__" in macros and "__AVX512F__" not in macros:
+            flags += WIDE_VECTOR_FLAGS
     if _probe(flags + ["-DEMBER_USE_LIBMVEC"], _LIBMVEC_PROBE):
         flags.append("-DEMBER_USE_LIBMVEC")                         # glibc >= 2.35: vector math
     os.makedirs(os.path.dirname(marker), exist_ok=True)
