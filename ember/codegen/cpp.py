@@ -278,6 +278,7 @@ class KernelPrinter:
         reduction_clause = (" reduction(" + ") reduction(".join(clauses) + ")") if clauses else ""
         # a heuristic only (any answer is correct): symbolic sizes decide it at their hints
         parallel_inner = parallel_reduce and not step.stores and hint_of(k.inner_numel) >= PARALLEL_THRESHOLD
+        self.emit_row_invariants(step, depth)
         depth = self.open_inner_loops(depth, reduction_clause if simd_ok else None, parallel_inner and simd_ok)
         self.scopes.append({})
         for red, acc in accumulators:
@@ -296,6 +297,30 @@ class KernelPrinter:
             self.finish_accumulator(red, acc, depth)
         if welford_groups:
             self.emit_welford_second_pass(welford_groups, welford_sums, depth, parallel_inner)
+
+    def emit_row_invariants(self, step: LoopStep, depth: int) -> None:
+        """Temporaries, before a pass's loops, for the parts of its bodies that are the same along
+        the row (an embedding's token index and its bounds check, a mean, a row's scale).  g++
+        hoists pure ones itself, but not a bounds check (a call that may record an error): left
+        in the loop it kept the embedding + layer norm kernel of every GPT from vectorizing.  Only
+        where the row is known to be non-empty: a hoisted load runs even if the loop does not."""
+        inner = self.kernel.inner_numel
+        if is_symbolic(inner) or inner <= 0:
+            return
+        per_element = self.row_cache.per_element
+        stack = [body for body in self.row_cache.bodies(step)]
+        seen: set[Expr] = set()
+        while stack:
+            node = stack.pop()
+            if node in seen or isinstance(node, Const):
+                continue
+            seen.add(node)
+            if per_element(node):
+                stack.extend(node.children())
+                # the gathered index of a per-element load (an embedding row) may be the same along the row
+                stack.extend(atom.value for idx in ir.indices_of(node) for atom in ir.indirect_atoms(idx))
+            elif any(isinstance(part, (Load, IndexValue)) for part in ir.walk(node)):
+                self.expr(node, depth)
 
     def open_inner_loops(self, depth: int, simd_clause: str | None = None, parallel: bool = False) -> int:
         """The inner loop nest; ``simd_clause`` (reductions) vectorizes its innermost (contiguous)
