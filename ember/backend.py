@@ -30,7 +30,7 @@ from ember.lower.split_reductions import split_reductions
 from ember.lower.scheduler import Schedule, schedule
 from ember.prims.functionalize import RunEagerly
 from ember.prims.primitives import is_prim
-from ember.symbolic import is_symbolic
+from ember.symbolic import STORAGE_OFFSET, is_symbolic
 
 
 # What the compiler needs to know of one graph input: a tensor's metadata, or the Python type
@@ -120,7 +120,8 @@ _STATIC_ON_CUDA = ("conv", "pool")
 
 
 def _check_dynamic_support(prim_graph: Graph, specs: list[InputSpec]) -> None:
-    symbolic = any(isinstance(s, TensorMeta) and any(is_symbolic(v) for v in s.shape) for s in specs)
+    symbolic = any(isinstance(s, TensorMeta) and any(is_symbolic(v) for v in (*s.shape, s.storage_offset))
+                   for s in specs)
     if not symbolic or _device_of(specs).type != "cuda":
         return
     for node in prim_graph.call_nodes():
@@ -218,13 +219,13 @@ def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], option
     return CompiledGraph(call, "kernels", source, len(sched.kernels), len(sched.externs), sched)
 
 
-def size_symbols(specs: list[InputSpec]) -> dict[str, tuple[int, int]]:
-    """Each size symbol of symbolic input specs -> (input position, dim) it is read from."""
-    found: dict[str, tuple[int, int]] = {}
+def size_symbols(specs: list[InputSpec]) -> dict[str, tuple[int, int | str]]:
+    """Each size symbol of symbolic input specs -> (input position, dim or STORAGE_OFFSET) it is read from."""
+    found: dict[str, tuple[int, int | str]] = {}
     for position, spec in enumerate(specs):
         if not isinstance(spec, TensorMeta):
             continue
-        for dim, size in enumerate(spec.shape):
+        for dim, size in [*enumerate(spec.shape), (STORAGE_OFFSET, spec.storage_offset)]:
             if is_symbolic(size) and size.expr.is_Symbol:
                 found.setdefault(str(size.expr), (position, dim))
     return found

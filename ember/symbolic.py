@@ -77,7 +77,9 @@ class ShapeEnv:
     def symbol(self, hint: int, source: Any = None, lower: int = 2, upper: float = INF) -> SymInt:
         """A new size symbol for a size seen as ``hint``, valid for sizes in [lower, upper]."""
         assert lower <= hint <= upper, (lower, hint, upper)
-        symbol = sympy.Symbol(f"s{len(self.hints)}", integer=True, positive=True)
+        # a storage offset may be 0: nonnegative, not positive (sympy simplifies by these assumptions)
+        sign = {"positive": True} if lower >= 1 else {"nonnegative": True}
+        symbol = sympy.Symbol(f"s{len(self.hints)}", integer=True, **sign)
         self.hints[symbol] = int(hint)
         self._hint_values[symbol] = sympy.Integer(hint)
         self.ranges[symbol] = (lower, upper)
@@ -457,25 +459,51 @@ def symbolic_shape(shape: tuple[int, ...], stride: tuple[int, ...], env: ShapeEn
     """Sizes and strides of an input whose dims ``dims`` (sizes >= 2 among them) become symbols.
 
     Strides become expressions of the sizes when the layout is dense (contiguous, or a permutation
-    of it: channels-last); any other layout keeps the input static (None)."""
+    of it: channels-last).  Any other layout (a slice ``big[:, :n]``, an expanded tensor) keeps
+    the strides it has, as constants the guard checks: only its sizes vary."""
     dims = [d for d in dims if shape[d] >= 2]
     if not dims:
         return None
+    sizes: list[Any] = list(shape)
+    for d in dims:
+        sizes[d] = env.symbol(shape[d], source(d))
     order = sorted(range(len(shape)), key=lambda d: (stride[d], shape[d]))   # fastest first
     expected = 1
     for d in order:
         if shape[d] != 1 and stride[d] != expected:
-            return None
+            return tuple(sizes), tuple(stride)
         expected *= shape[d]
-    sizes: list[Any] = list(shape)
-    for d in dims:
-        sizes[d] = env.symbol(shape[d], source(d))
     strides: list[Any] = [0] * len(shape)
     running: Any = 1
     for d in order:
         strides[d] = running      # a size-1 dim's stride is free: the guard does not check it
         running = running * sizes[d]
     return tuple(sizes), tuple(strides)
+
+
+# the "dim" of a symbol that stands for an input's storage offset (``data[i]`` views): in
+# ``ShapeEnv.sources`` values ``(source, dim)``, beside real dims
+STORAGE_OFFSET = "storage_offset"
+
+
+def size_access(tensor: str, dim: int | str) -> str:
+    """Python that reads a symbol's value from the input it comes from: ``x.shape[0]``."""
+    return f"{tensor}.storage_offset()" if dim == STORAGE_OFFSET else f"{tensor}.shape[{dim}]"
+
+
+def known_equal(a: Any, b: Any) -> bool:
+    """True when ``a == b`` for every size; never a guard (for optimizations that may be skipped)."""
+    if not (isinstance(a, SymInt) or isinstance(b, SymInt)):
+        return a == b
+    env = a.env if isinstance(a, SymInt) else b.env
+    return env.statically_known(a, "==", b) is True
+
+
+def known_multiple(value: Any, factor: int) -> bool:
+    """True when ``value`` is a multiple of ``factor`` for every size (no guard is taken)."""
+    if not isinstance(value, SymInt):
+        return int(value) % factor == 0
+    return sympy.Mod(value.expr, factor) == 0
 
 
 def as_size(value: Any) -> int | SymInt:

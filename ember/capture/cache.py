@@ -33,6 +33,7 @@ from .. import config
 from ..debug.logs import CHANNELS, enabled, log
 from ..errors import CompileError, Unsupported
 from ..graph import Graph
+from ..symbolic import STORAGE_OFFSET, size_access
 from . import breaks
 from .autocast import run_without_autocast
 from .frame import FrameSpec, capture_frame
@@ -102,8 +103,9 @@ class CapturedFunction:
         options = getattr(backend, "options", None)
         self.dynamic = getattr(options, "dynamic", None)
         self.supports_dynamic = bool(getattr(backend, "supports_dynamic", False))
-        self._dynamic_dims: dict[str, set[int]] = {}     # argument dims seen with more than one size
-        self._seen_shapes: dict[str, tuple[int, ...]] = {}
+        # argument dims (or STORAGE_OFFSET) seen with more than one value
+        self._dynamic_dims: dict[str, set[int | str]] = {}
+        self._seen_shapes: dict[str, tuple[tuple[int, ...], int]] = {}   # (shape, storage offset) first seen
         self._static_only = False                        # a dynamic compile failed: static from now on
         _ALL.add(self)
 
@@ -202,18 +204,20 @@ class CapturedFunction:
             return self.spec.call_eagerly(args, kwargs)
         return entry.epilogue(L, self.spec.globals, entry.run(inputs))
 
-    def _dynamic_dims_for(self, L: dict) -> dict[str, set[int]]:
+    def _dynamic_dims_for(self, L: dict) -> dict[str, set[int | str]]:
         """The argument dims to capture as size symbols: with ``dynamic=None`` those whose size
         changed since the first capture ("automatic dynamic"), with ``dynamic=True`` all, plus
         ``ember.mark_dynamic`` and minus ``ember.mark_static`` dims."""
         if self.dynamic is False or not self.supports_dynamic or self._static_only:
             return {}
-        dims: dict[str, set[int]] = {}
+        dims: dict[str, set[int | str]] = {}
         for source, value in _argument_tensors(L):
-            seen = self._seen_shapes.setdefault(source, tuple(value.shape))
+            seen = self._seen_shapes.setdefault(source, (tuple(value.shape), value.storage_offset()))
             wanted = set(range(value.dim())) if self.dynamic is True else set(self._dynamic_dims.get(source, ()))
-            if len(seen) == value.dim():
-                wanted |= {d for d, (before, now) in enumerate(zip(seen, value.shape)) if before != now}
+            if len(seen[0]) == value.dim():
+                wanted |= {d for d, (before, now) in enumerate(zip(seen[0], value.shape)) if before != now}
+            if seen[1] != value.storage_offset():
+                wanted.add(STORAGE_OFFSET)     # ``data[i]``: the offset is a kernel argument, not a guard
             wanted |= set(getattr(value, "_ember_dynamic_dims", ()))
             wanted -= set(getattr(value, "_ember_static_dims", ()))
             if wanted:
@@ -233,7 +237,7 @@ class CapturedFunction:
             self._static_only = True
             return self._capture_with(L, recompile_reason, {})
 
-    def _capture_with(self, L: dict, recompile_reason: str | None, dynamic_dims: dict[str, set[int]]
+    def _capture_with(self, L: dict, recompile_reason: str | None, dynamic_dims: dict[str, set[int | str]]
                       ) -> tuple[CacheEntry | None, tuple]:
         started = time.perf_counter()
         session = CaptureSession(self.spec.globals)
@@ -267,7 +271,7 @@ class CapturedFunction:
         return self._add_entry(session, epilogue, recompile_reason, started)
 
     def _capture_until(self, L: dict, stop: tuple[int, int], failure: Unsupported, recompile_reason: str | None,
-                       started: float, dynamic_dims: dict[str, set[int]]) -> tuple[CacheEntry, tuple] | None:
+                       started: float, dynamic_dims: dict[str, set[int | str]]) -> tuple[CacheEntry, tuple] | None:
         """Capture again up to the instruction that broke the graph; the entry runs the graph so far,
         that instruction natively and the rest of the frame as a compiled continuation.
         None: the frame cannot be split there (it then runs eagerly)."""
@@ -350,7 +354,7 @@ class CapturedFunction:
             session.guards.add_size_relation(guard, env.sources)
         env.frozen = True     # a later size decision (a lazy compile, an allocation) raises, never goes unchecked
         if enabled("dynamic"):
-            symbols = ", ".join(f"{symbol} = {source.name()}.shape[{dim}]" for symbol, (source, dim)
+            symbols = ", ".join(f"{symbol} = {size_access(source.name(), dim)}" for symbol, (source, dim)
                                 in env.sources.items())
             log("dynamic", f"{self.spec.name}: sizes {symbols}; guards: " +
                 ("; ".join(f"{g} ({g.reason})" for g in env.guards) or "none") +

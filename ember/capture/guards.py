@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..symbolic import is_symbolic, python_code
+from ..symbolic import is_symbolic, python_code, size_access
 from .sources import Source
 
 
@@ -35,8 +35,9 @@ class GuardCheck:
     consts: dict[str, Any]
     text: str                # readable form for logs and explain
     other: Source | None = None  # a second source, {o} in the template (aliasing checks)
-    # size guards (dynamic shapes): {name} in the template -> the size of (source, dim)
-    sizes: dict[str, tuple[Source, int]] = dataclasses.field(default_factory=dict)
+    # size guards (dynamic shapes): {name} in the template -> the size of (source, dim), or its
+    # storage offset (dim STORAGE_OFFSET)
+    sizes: dict[str, tuple[Source, int | str]] = dataclasses.field(default_factory=dict)
 
 
 class CodeNamespace:
@@ -93,7 +94,7 @@ class GuardSet:
         names = {symbol: f"size_{symbol}" for symbol in sources}
         template = guard.python_code(lambda symbol: "{" + names[symbol] + "}")
         sizes = {names[symbol]: sources[symbol] for symbol in guard.lhs.free_symbols | guard.rhs.free_symbols}
-        text = guard.python_code(lambda symbol: f"{sources[symbol][0].name()}.shape[{sources[symbol][1]}]")
+        text = guard.python_code(lambda symbol: size_access(sources[symbol][0].name(), sources[symbol][1]))
         if text in self._seen:
             return
         self._seen.add(text)
@@ -129,7 +130,7 @@ class GuardSet:
             value = temp_for(check.source) if check.source is not None else ""
             other = temp_for(check.other) if check.other is not None else ""
             bound = {k: namespace.bind(v, f"{k}") for k, v in check.consts.items()}
-            bound.update({name: f"{temp_for(source)}.shape[{dim}]" for name, (source, dim) in check.sizes.items()})
+            bound.update({name: size_access(temp_for(source), dim) for name, (source, dim) in check.sizes.items()})
             condition = check.template.format(v=value, o=other, **bound)
             lines.append(f"        if not ({condition}): return {index}")
         fetched = [temp_for(s) for s in fetch_sources]
@@ -147,10 +148,11 @@ class GuardSet:
 
 
 def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor,
-                     symbolic: tuple[tuple, tuple] | None = None) -> None:
+                     symbolic: tuple[tuple, tuple] | None = None, symbolic_offset: bool = False) -> None:
     """dtype, device, sizes, strides, storage offset, requires_grad and exact type (dispatch).
     ``symbolic`` (sizes, strides with size symbols: dynamic shapes): a symbolic size needs only be
-    at least 2 (0 and 1 stay specialised) and strides must follow from the sizes as they did."""
+    at least 2 (0 and 1 stay specialised) and strides must follow from the sizes as they did.
+    ``symbolic_offset``: the storage offset is a size symbol too (any offset)."""
     device = tensor.device
     # `.is_cpu` costs a third of `.device == cpu`; guards run on every call
     if device.type == "cpu":
@@ -166,12 +168,13 @@ def add_tensor_guard(guards: GuardSet, source: Source, tensor: torch.Tensor,
     guards.add(source, "type({v}) is {cls} and {v}.dtype is {dtype} and " + device_check +
                " and {v}.requires_grad is {requires_grad}",
                cls=type(tensor), dtype=tensor.dtype, requires_grad=bool(tensor.requires_grad), **consts)
+    offset_check = "" if symbolic_offset else " and {v}.storage_offset() == {offset}"
+    offset = {} if symbolic_offset else {"offset": tensor.storage_offset()}
     if symbolic is not None:
-        guards.add(source, _symbolic_layout_check(tensor, *symbolic) + " and {v}.storage_offset() == {offset}",
-                   offset=tensor.storage_offset())
+        guards.add(source, _symbolic_layout_check(tensor, *symbolic) + offset_check, **offset)
     else:
-        guards.add(source, "{v}.shape == {size} and {v}.stride() == {stride} and {v}.storage_offset() == {offset}",
-                   size=tuple(tensor.shape), stride=tuple(tensor.stride()), offset=tensor.storage_offset())
+        guards.add(source, "{v}.shape == {size} and {v}.stride() == {stride}" + offset_check,
+                   size=tuple(tensor.shape), stride=tuple(tensor.stride()), **offset)
 
 
 def _symbolic_layout_check(tensor: torch.Tensor, sizes: tuple, strides: tuple) -> str:

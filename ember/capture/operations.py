@@ -263,6 +263,8 @@ _OPERATOR_HELPERS = objects.OperatorHelpers(is_same, truthiness)
 def make_slice(parts: list[V.Value]) -> V.Value:
     if any(isinstance(p, V.TensorValue) for p in parts):
         raise Unsupported("a slice with tensor bounds")
+    if any(isinstance(p, V.SizeValue) for p in parts):
+        return V.SliceValue(parts)
     return V.ConstantValue(slice(*[p.as_python() for p in parts]))
 
 

@@ -19,7 +19,7 @@ import torch
 
 from ..errors import Unsupported
 from ..graph import Graph, TensorMeta, size_check, size_is, sym_size
-from ..symbolic import ShapeEnv, symbolic_shape
+from ..symbolic import STORAGE_OFFSET, ShapeEnv, symbolic_shape
 from . import autocast, objects
 from . import numpy_values  # numpy
 from . import values as V
@@ -69,11 +69,12 @@ class CaptureSession:
         self.root_code: types.CodeType | None = None
         self.root_translator: Any = None
         self.stop_at: tuple[int, int] | None = None
-        # dynamic shapes: input dims captured as size symbols (source name -> dims), and their env
-        self.dynamic_dims: dict[str, set[int]] = {}
+        # dynamic shapes: input dims (or STORAGE_OFFSET) captured as size symbols (source name -> dims),
+        # and their env
+        self.dynamic_dims: dict[str, set[int | str]] = {}
         self.shape_env: ShapeEnv | None = None
 
-    def make_dynamic(self, dynamic_dims: dict[str, set[int]]) -> None:
+    def make_dynamic(self, dynamic_dims: dict[str, set[int | str]]) -> None:
         """Capture these input dims as size symbols (ember/symbolic.py) instead of their sizes."""
         self.dynamic_dims = {name: set(dims) for name, dims in dynamic_dims.items() if dims}
         self.shape_env = ShapeEnv() if self.dynamic_dims else None
@@ -274,18 +275,20 @@ class CaptureSession:
                 not isinstance(tensor, torch.nn.Parameter):
             raise Unsupported(f"tensor subclass {type(tensor).__name__} as input")
         meta = TensorMeta.of(tensor)
-        symbolic = None
-        if self.shape_env is not None and source.name() in self.dynamic_dims:
+        symbolic = offset = None
+        wanted = self.dynamic_dims.get(source.name(), ()) if self.shape_env is not None else ()
+        if wanted:
             symbolic = symbolic_shape(tuple(tensor.shape), tuple(tensor.stride()), self.shape_env,
-                                      sorted(self.dynamic_dims[source.name()]), lambda dim: (source, dim))
-        if symbolic is None:
-            add_tensor_guard(self.guards, source, tensor)
-        else:
-            add_tensor_guard(self.guards, source, tensor, symbolic)
+                                      sorted(d for d in wanted if d != STORAGE_OFFSET), lambda dim: (source, dim))
+            if STORAGE_OFFSET in wanted:   # any offset, 0 included: a view data[i] of a changing i
+                offset = self.shape_env.symbol(tensor.storage_offset(), (source, STORAGE_OFFSET), lower=0)
+        add_tensor_guard(self.guards, source, tensor, symbolic, symbolic_offset=offset is not None)
         node = self.graph.placeholder(_placeholder_name(source), meta)
         node.extra["source"] = source.name()
-        if symbolic is not None:
-            node.extra["symbolic_meta"] = dataclasses.replace(meta, shape=symbolic[0], stride=symbolic[1])
+        if symbolic is not None or offset is not None:
+            shape, stride = symbolic if symbolic is not None else (meta.shape, meta.stride)
+            node.extra["symbolic_meta"] = dataclasses.replace(
+                meta, shape=shape, stride=stride, storage_offset=offset if offset is not None else meta.storage_offset)
         self.input_tensors[node] = tensor
         self.example_inputs.append(tensor)
         self.placeholder_sources.append(source)

@@ -70,6 +70,8 @@ def to_graph_arg(value: V.Value) -> Any:
         return {k: to_graph_arg(v) for k, v in value.items.items()}
     if isinstance(value, V.SizeValue):     # dynamic shapes: the size as a graph value, not pinned
         return value.node()
+    if isinstance(value, V.SliceValue):
+        return value.graph_arg(to_graph_arg)
     if isinstance(value, V.ConstantValue):
         return value.value
     if isinstance(value, V.ObjectValue) and isinstance(value.obj, (torch.dtype, torch.device)):
@@ -140,6 +142,8 @@ def _meta_args(value: Any, inputs: list[V.TensorValue]) -> Any:
         return _meta_tensor(value)
     if isinstance(value, V.SizeValue):   # the meta run is at the sizes seen (not a decision: no pin)
         return value.hint
+    if isinstance(value, V.SliceValue):
+        return value.hint()
     if isinstance(value, V.TupleValue):
         return tuple(_meta_args(v, inputs) for v in value.items)
     if isinstance(value, V.ListValue):
@@ -330,6 +334,8 @@ def _meta_key_of(value: Any) -> Any:
         return (type(value).__name__, tuple(_meta_key_of(v) for v in value.items))
     if isinstance(value, V.SizeValue):
         return ("C", int, value.hint)
+    if isinstance(value, V.SliceValue):
+        return ("C", slice, value.describe())
     if isinstance(value, V.ConstantValue):
         return ("C", type(value.value), value.value)
     if isinstance(value, V.ObjectValue) and isinstance(value.obj, (torch.dtype, torch.device)):

@@ -105,6 +105,31 @@ class SizeValue(ConstantValue):
         return f"a tensor size ({self._hint} here)"
 
 
+class SliceValue(ConstantValue):
+    """A slice with a tensor size among its bounds (``w[: x.shape[-1]]``) under dynamic shapes:
+    given to a torch op, its bounds stay graph values; used as a Python slice it pins them."""
+
+    def __init__(self, parts: list[Value]) -> None:
+        self.parts = parts
+        self.source = None
+
+    @property
+    def value(self) -> slice:   # type: ignore[override]
+        return slice(*[p.as_python() for p in self.parts])
+
+    def graph_arg(self, convert: Callable[[Value], Any]) -> slice:
+        return slice(*[convert(p) for p in self.parts])
+
+    def hint(self) -> slice:
+        return slice(*[p.hint if isinstance(p, SizeValue) else p.as_python() for p in self.parts])
+
+    def python_type(self) -> type:
+        return slice
+
+    def describe(self) -> str:
+        return repr(self.hint())
+
+
 class TensorValue(Value):
     def __init__(self, node: Node, meta: TensorMeta, source: Source | None = None,
                  python_cls: type = torch.Tensor) -> None:

@@ -45,7 +45,7 @@ from ember.codegen.triton_ops import LOW_PRECISION, compute_type, literal, rende
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op, Var
-from ember.symbolic import as_size, hint_of, is_symbolic, python_code
+from ember.symbolic import as_size, hint_of, is_symbolic, known_multiple, python_code
 from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, KernelStore, LoopStep, Schedule
 
 # benchmark/tuning overrides: keys "pointwise_block", "pointwise_warps", "persistent_limit",
@@ -280,8 +280,10 @@ class TritonKernelPrinter:
         source = "\n".join(self.lines) + "\n"
         signature = {self.pointer(a): triton_ops.SIGNATURE_TYPE[self.buffers[a].dtype].lstrip("*")
                      if a in self.scalars else triton_ops.SIGNATURE_TYPE[self.buffers[a].dtype] for a in args}
+        # 16-byte aligned pointers (Triton vectorizes their loads); a symbolic offset only when
+        # every value is aligned (no guard: unaligned kernels are merely slower)
         aligned = [a not in self.scalars and
-                   (self.buffers[a].storage_offset * self.buffers[a].dtype.itemsize) % 16 == 0 for a in args]
+                   known_multiple(self.buffers[a].storage_offset * self.buffers[a].dtype.itemsize, 16) for a in args]
         signature.update({name: "i64" for name in size_args})
         grid_code = None
         if is_symbolic(self.xnumel):

@@ -38,7 +38,7 @@ from ember.errors import CompileError
 from ember.graph import tree_map
 from ember.lower import ir
 from ember.lower.scheduler import BufferPlan, ExternCall, Schedule
-from ember.symbolic import is_symbolic, python_code
+from ember.symbolic import is_symbolic, python_code, size_access
 
 
 class WrapperSource:
@@ -82,7 +82,7 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
         lines.append(f"def call({', '.join(param_names)}):")
     _emit_alias_check(out, param_names, graph_extra)
     for symbol, (position, dim) in graph_extra.get("_size_symbols", {}).items():
-        lines.append(f"    {symbol} = {param_names[position]}.shape[{dim}]")
+        lines.append(f"    {symbol} = {size_access(param_names[position], dim)}")
     expr_of: dict[str, str] = {}            # buffer name -> Python expression holding the tensor
     for name, plan in sched.buffers.items():
         if plan.kind == "input":

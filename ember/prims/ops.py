@@ -17,7 +17,7 @@ from ember.graph import Size
 from ember.prims import primitives as P
 from ember.prims.meta import broadcast_shapes, view_strides  # noqa: F401  (re-exported)
 from ember.prims.type_promotion import LOW_PRECISION, Promotion, computation_dtype, elementwise_dtypes
-from ember.symbolic import SymInt, is_symbolic
+from ember.symbolic import SymInt, is_symbolic, known_equal
 from ember.prims.values import Value, current, emit, emit_with_meta, is_tensor
 
 Number = (bool, int, float, complex)
@@ -264,7 +264,8 @@ def slice_dim(x: Value, dim: int, start: Any = None, end: Any = None, step: int 
     start, end = _clamp_index(start, size), _clamp_index(end, size)
     if _is_size(start) and _is_size(end) and end < start:
         end = start
-    if start == 0 and end == size and step == 1:
+    # a whole-dim slice is x itself; with symbolic bounds only when always so (no guard)
+    if known_equal(start, 0) and known_equal(end, size) and step == 1:
         return x
     return emit(P.slice_, x, dim, start, end, step)
 

@@ -617,8 +617,7 @@ CASES = [
         "x[1:] *= 2 (an in-place op on a slice, written back) pins the size (graph.py to_meta_tensor)")),
     Case("alias_outputs", alias_outputs, mk_x),
     Case("transposed_input", transposed_input, mk_transposed),
-    Case("strided_inputs", strided_inputs, mk_strided, extra_compiles=(
-        "non-dense inputs (x[:, ::2], an offset view) never get size symbols: a compile per size")),
+    Case("strided_inputs", strided_inputs, mk_strided),   # symbolic sizes, the strides they have
     Case("graph_break", graph_break, mk_x_bias, SHORT, frames=2),
 ]
 
@@ -775,6 +774,73 @@ def test_cpu_backends(case: Case, cpu_backend: str):
     run_sizes(case.fn, case.make, case.sizes, counts=counts, options={"cpu_backend": cpu_backend})
     known = TRITON_INDEX_TYPE if cpu_backend == "triton" and case.name == "sum_mean" else None
     check_count(automatic_dynamic_count_error(case.sizes, counts), known)
+
+
+# ---------------------------------------------------------------------------------------- storage offsets
+# ``data[i]`` for a changing i: the view's storage offset changes, its sizes do not.  The offset is
+# a kernel argument after the first change (a size symbol), not a guard: at most 2 compiles.
+def offset_read(x, w):
+    return torch.relu(x * 2 + w).sum(-1), x.mean()
+
+
+def offset_views_out(x, w):       # outputs that are views of the offset input: as_strided over its storage
+    return x[1:], x.view(-1)[3:5], x.t(), x * w
+
+
+def offset_inplace(x, w):         # writes through the view into the caller's storage
+    x.mul_(2).add_(w)
+    return x.sum()
+
+
+def offset_and_size(x, w):        # data[i, :n]: a changing offset and size together
+    return torch.softmax(x * w[: x.shape[-1]], -1)
+
+
+OFFSET_CASES = [
+    Case("offset_read", offset_read, None),
+    Case("offset_views_out", offset_views_out, None),
+    Case("offset_inplace", offset_inplace, None),
+]
+OFFSETS = [0, 1, 2, 5, 3, 0, 4]      # row i of a (6, 7, 9) tensor: offset 63 * i
+
+
+def _row_of(i: int, g: torch.Generator) -> tuple:
+    return randn(g, 6, 7, 9)[i], randn(g, 9)
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton"])
+@pytest.mark.parametrize("case", OFFSET_CASES, ids=_case_id)
+def test_storage_offset_is_not_a_guard(case: Case, cpu_backend: str):
+    if cpu_backend == "triton":
+        pytest.importorskip("triton")
+    events = run_sizes(case.fn, _row_of, OFFSETS, options={"cpu_backend": cpu_backend})
+    assert events <= 2, f"{events} compiles for {len(OFFSETS)} row offsets"
+
+
+def test_storage_offset_and_size_change_together():
+    def make(size, g):
+        i, n = size
+        return randn(g, 6, 7, 9)[i, :, :n], randn(g, 9)
+    sizes = [(0, 9), (1, 5), (2, 9), (5, 3), (3, 8), (0, 2)]   # the first change: both
+    events = run_sizes(offset_and_size, make, sizes)
+    assert events <= 2, f"{events} compiles for {sizes}"
+
+
+def test_storage_offset_symbol_in_the_log(capsys):
+    """The dynamic log says where the offset symbol is read; no entry guards the offset any more."""
+    compiled = ember.compile(offset_read, options={"fallback": "error"})
+    data, w = torch.randn(6, 7, 9), torch.randn(9)
+    capsys.readouterr()
+    logs.set_logs("dynamic")
+    try:
+        for i in range(4):
+            torch.testing.assert_close(compiled(data[i], w), offset_read(data[i], w))
+    finally:
+        logs.set_logs("")
+    assert "= L['x'].storage_offset()" in capsys.readouterr().err
+    entry = compiled._ember_captured.entries[0]
+    assert not any("L['x'].storage_offset() ==" in text for text in entry.guard_texts), entry.guard_texts
+    assert any("L['w'].storage_offset() == 0" in text for text in entry.guard_texts), entry.guard_texts
 
 
 # ---------------------------------------------------------------------------------------- guard soundness
