@@ -309,8 +309,10 @@ class CapturedFunction:
             compiled = self._compile_dynamic(session, graph, autocast_devices)
         elif not has_work:
             compiled = _no_graph   # the part before a graph break computes nothing
-        elif session.needs_eager_autograd() or session.mixes_devices():
-            compiled = _eager_graph(graph)
+        elif session.needs_eager_autograd():
+            compiled = _eager_graph(graph, "an enable_grad() region computes tensors that require grad")
+        elif session.mixes_devices():
+            compiled = _eager_graph(graph, "tensors on more than one device")
         elif autocast_devices:  # the backend may run ops while compiling (autotuning, checks)
             compiled = run_without_autocast(autocast_devices, self.backend, (graph, list(session.example_inputs)))
         else:
@@ -423,10 +425,11 @@ def _no_graph(*inputs: Any) -> tuple:
     return ()
 
 
-def _eager_graph(graph: Graph) -> Callable:
+def _eager_graph(graph: Graph, reason: str) -> Callable:
     """The captured graph run op by op (autograd records it exactly as eager would)."""
     fn = graph.as_callable()
     fn.stats = {"kernel_count": 0, "extern_count": 0}
+    fn.eager_reason = reason
     return fn
 
 

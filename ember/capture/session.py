@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import Unsupported
-from ..graph import Graph, TensorMeta, size_check, size_is, sym_size
+from ..graph import Graph, TensorMeta, size_check, size_is, sym_size, tree_leaves
 from ..symbolic import STORAGE_OFFSET, ShapeEnv, symbolic_shape
 from . import autocast, objects
 from . import numpy_values  # numpy
@@ -158,9 +158,15 @@ class CaptureSession:
         such a graph runs op by op, where autograd records exactly what eager records."""
         if self.entry_grad_enabled:
             return False  # the backend sees grad on and inputs requiring grad: eager graph
+        last = self.graph.nodes[-1] if self.graph.nodes else None
+        outputs = {id(n) for n in tree_leaves(last.args)} if last is not None and last.op == "output" else set()
         for node in self.graph.call_nodes():
             metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
-            if any(isinstance(m, TensorMeta) and m.requires_grad for m in metas):
+            if not any(isinstance(m, TensorMeta) and m.requires_grad for m in metas):
+                continue
+            # under no_grad a view of a parameter still requires grad (``gamma.reshape(1, -1, 1, 1)``,
+            # eager too) but records nothing: only a graph output shows that flag
+            if node.extra.get("grad_enabled", True) or id(node) in outputs:
                 return True
         return False
 

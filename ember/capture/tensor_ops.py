@@ -284,6 +284,8 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
             _note_mutation(session, self_value)
             return self_value
         node = session.graph.call(target, graph_args, graph_kwargs, meta, name, line)
+        if meta.requires_grad and not session.grad_enabled:
+            node.extra["grad_enabled"] = False   # a view under no_grad (session.needs_eager_autograd)
         return V.TensorValue(node, meta)
     if meta_result is None:
         if in_place and args and isinstance(args[0], V.TensorValue):

@@ -57,6 +57,8 @@ class ExplainReport:
             stats = getattr(compiled, "stats", None) or {}
             detail = (f", {stats.get('kernel_count', 0)} kernels, {stats.get('extern_count', 0)} externs"
                       if stats else "")
+            if getattr(compiled, "eager_reason", None):   # an eager graph: say why, not just "0 kernels"
+                detail += f", runs op by op ({compiled.eager_reason})"
             frame = f" ({self.graph_frames[index]})" if index < len(self.graph_frames) else ""
             lines.append(f"  graph {index}{frame}: {plural(ops, 'op')}{detail}: {_op_names(self.graphs[index])}")
         if self.graph_breaks:

@@ -126,3 +126,35 @@ def test_grad_mode_is_guarded():
         assert not compiled(x).requires_grad
     out = compiled(x)
     assert out.requires_grad and out.grad_fn is not None
+
+
+class _LayerScale(torch.nn.Module):
+    """timm's ConvNeXt block: a parameter viewed with reshape, under the caller's no_grad."""
+
+    def __init__(self, returns_view: bool = False):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.randn(8))
+        self.returns_view = returns_view
+
+    def forward(self, x):
+        scale = self.gamma.reshape(1, -1, 1, 1)     # requires grad even under no_grad, as in eager
+        y = x.mul(scale) + self.gamma.view(8, 1, 1).expand(8, 2, 2)
+        return (y, scale) if self.returns_view else y
+
+
+@pytest.mark.parametrize("returns_view", [False, True])
+def test_parameter_views_under_no_grad_are_compiled(returns_view):
+    """A view of a parameter under no_grad requires grad but records nothing: the graph is still
+    compiled (it ran op by op, timm's ViT and ConvNeXt were 1.00x), unless that view is an output."""
+    module = _LayerScale(returns_view)
+    x = torch.randn(3, 8, 2, 2)
+    with torch.no_grad():
+        expected = module(x)
+        report = ember.explain(module, x)
+        actual = ember.compile(module, options={"fallback": "error"})(x)
+    expected, actual = (expected, actual) if returns_view else ((expected,), (actual,))
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+        assert a.requires_grad == e.requires_grad
+    if not returns_view:
+        assert report.kernel_count > 0, str(report)
