@@ -122,7 +122,7 @@ _STATIC_ON_CUDA = ("conv", "pool")
 def _check_dynamic_support(prim_graph: Graph, specs: list[InputSpec]) -> None:
     symbolic = any(isinstance(s, TensorMeta) and any(is_symbolic(v) for v in (*s.shape, s.storage_offset))
                    for s in specs)
-    if not symbolic or _device_of(specs).type != "cuda":
+    if not symbolic or _device_of(specs).type != "cuda" or config.dynamic_conv_cuda:
         return
     for node in prim_graph.call_nodes():
         name = getattr(node.target, "__name__", "")

@@ -26,3 +26,7 @@ split_reductions: bool = os.environ.get("EMBER_SPLIT_REDUCTIONS", "1") != "0"
 # GPU kernels compile in this many worker processes (Triton's front end holds the GIL, so threads
 # compiled one kernel at a time); EMBER_COMPILE_PROCESSES=0 compiles in threads of this process
 compile_processes: int = int(os.environ.get("EMBER_COMPILE_PROCESSES", str(min(16, os.cpu_count() or 1))))
+
+# symbolic sizes in CUDA graphs with convolution/pooling externs: off until the illegal memory
+# access seen with resnet50 (2026-11-23) is understood; EMBER_DYNAMIC_CONV_CUDA=1 allows them (debugging)
+dynamic_conv_cuda: bool = os.environ.get("EMBER_DYNAMIC_CONV_CUDA", "0") == "1"

@@ -9,11 +9,13 @@ data-dependent or unknown: Unsupported (a graph break).
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import Unsupported
 from ..graph import TensorMeta, target_name
@@ -275,6 +277,8 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
 
     if isinstance(meta_result, torch.Tensor):
         meta = _fix_meta(meta_result, device)
+        if target in _CONVOLUTIONS:
+            meta = _convolution_layout(inputs, meta)
         if in_place and args and isinstance(args[0], V.TensorValue):
             self_value = args[0]
             if meta.shape != self_value.meta.shape or meta.stride != self_value.meta.stride \
@@ -394,6 +398,24 @@ def _note_mutation(session: Any, value: V.TensorValue) -> None:
         session.mutated_inputs.add(id(base))
     else:
         session.mutated_inputs.add(-1)  # a view of something may be an input; be conservative
+
+
+_CONVOLUTIONS = {F.conv2d, torch.conv2d, F.conv_transpose2d, torch.conv_transpose2d}
+
+
+def _convolution_layout(inputs: list[V.TensorValue], meta: TensorMeta) -> TensorMeta:
+    """Eager's 2-D convolutions (oneDNN, cuDNN) return channels-last when the input or the weight
+    is channels-last; the meta device always says contiguous."""
+    if meta.ndim != 4 or not any(t.meta.ndim == 4 and _channels_last(t.meta) for t in inputs[:2]):
+        return meta
+    n, c, h, w = meta.shape
+    return dataclasses.replace(meta, stride=(h * w * c, 1, w * c, c))
+
+
+def _channels_last(meta: TensorMeta) -> bool:
+    """``suggest_memory_format() == channels_last`` for dense 4-D tensors that are not also contiguous."""
+    probe = torch.empty_strided(meta.shape, meta.stride, device="meta")
+    return probe.is_contiguous(memory_format=torch.channels_last) and not probe.is_contiguous()
 
 
 def _fix_meta(tensor: torch.Tensor, device: torch.device) -> TensorMeta:

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, dense_in_order, is_dense, tree_leaves, tree_map
+from ember.graph import Graph, Node, TensorMeta, dense_in_order, dense_strides_like, is_dense, tree_leaves, tree_map
 from ember.lower import ir, lower_indexing
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
-from ember.symbolic import as_size, is_symbolic
+from ember.symbolic import as_size, hint_of, is_symbolic
 from ember.prims.primitives import BINARY, UNARY, Prim, is_prim
 
 Loader = Callable[[tuple[Index, ...]], Expr]
@@ -214,28 +214,33 @@ class _Lowering:
     def probe_output_layout(self, fn: Any, args: Any, kwargs: Any, meta: TensorMeta) -> TensorMeta:
         """Run the extern once on zero tensors laid out as its real arguments will be, and keep
         the strides it really returns (the meta device gets them wrong for some CPU kernels).
-        Not with symbolic sizes: the meta's layout then stands (the host restrides if needed)."""
-        refs = [v for v in tree_leaves((args, kwargs)) if isinstance(v, ir.BufferRef)]
-        if any(is_symbolic(v) for v in tuple(meta.shape) + tuple(meta.stride)) or \
-                any(is_symbolic(size) for ref in refs for size in self.nodes[ref.name].shape):
-            return meta
-
+        With symbolic sizes the probe runs at the hints, and a dense result's dim order is kept
+        (strides as expressions of the sizes; anything else keeps the meta's layout)."""
         def real(value: Any) -> Any:
             if not isinstance(value, ir.BufferRef):
                 return value
             base = self.nodes[value.name]
-            strides = _assumed_strides(base, self.layouts)
-            tensor = torch.zeros(_storage_size(base.shape, strides), dtype=base.dtype)
+            shape = tuple(hint_of(v) for v in base.shape)
+            strides = tuple(hint_of(v) for v in _assumed_strides(base, self.layouts))
+            tensor = torch.zeros(_storage_size(shape, strides), dtype=base.dtype)
             if isinstance(value, ir.BufferView):
-                stride, offset = ir.strided_layout(value.index, value.vars, base.shape, strides)
-                return tensor.as_strided(value.shape, stride, offset)
-            return tensor.as_strided(base.shape, strides)
+                stride, offset = ir.strided_layout(value.index, value.vars, base.shape,
+                                                   _assumed_strides(base, self.layouts))
+                return tensor.as_strided(tuple(hint_of(v) for v in value.shape), tuple(hint_of(v) for v in stride),
+                                         hint_of(offset))
+            return tensor.as_strided(shape, strides)
         try:
             result = fn(*tree_map(real, args), **tree_map(real, kwargs))
         except Exception:  # noqa: BLE001 - the probe is an optimization: keep the meta layout
             return meta
-        if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(meta.shape):
+        hints = tuple(hint_of(v) for v in meta.shape)
+        if not isinstance(result, torch.Tensor) or tuple(result.shape) != hints:
             return meta
+        if any(is_symbolic(v) for v in meta.shape):
+            if not is_dense(hints, tuple(result.stride())):
+                return meta
+            return dataclasses.replace(meta, stride=dense_strides_like(meta.shape, hints, tuple(result.stride())),
+                                       storage_offset=0)
         return dataclasses.replace(meta, stride=tuple(result.stride()), storage_offset=result.storage_offset())
 
     # ---------------------------------------------------- extern argument layouts
@@ -513,7 +518,9 @@ PAD_MATMUL_MIN_FLOPS = 1e9
 # Externs whose output layout follows their inputs' layouts in ways the meta device does not model
 # (CPU flash attention returns a (B, T, H, D) buffer transposed when q is laid out that way).
 _LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
-                          torch.ops.aten.scaled_dot_product_attention.default}
+                          torch.ops.aten.scaled_dot_product_attention.default,
+                          # CPU max_pool1d returns contiguous for a strided input, the meta device follows it
+                          torch.nn.functional.max_pool1d, torch.max_pool1d}
 
 
 _ATTENTION = {torch.nn.functional.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default}

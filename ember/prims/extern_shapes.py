@@ -70,6 +70,52 @@ def _conv(spatial: int) -> Callable[..., Shape | None]:
     return rule
 
 
+def _pool_size(size: Any, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> Any:
+    """One spatial size of a max/avg pooling's output (ATen's pooling_output_shape)."""
+    out = (size + 2 * padding - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:   # the last window must start inside the input
+        out = out - 1
+    return out
+
+
+def _max_pool(spatial: int) -> Callable[..., Shape | None]:
+    def rule(x: TensorMeta, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+             ceil_mode: bool = False, return_indices: bool = False) -> Shape | None:
+        return _pooled(x, spatial, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    return rule
+
+
+def _avg_pool(spatial: int) -> Callable[..., Shape | None]:
+    def rule(x: TensorMeta, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+             *_: Any, **__: Any) -> Shape | None:
+        return _pooled(x, spatial, kernel_size, stride, padding, 1, ceil_mode, False)
+    return rule
+
+
+def _pooled(x: TensorMeta, spatial: int, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+            ceil_mode: bool, return_indices: bool) -> Shape | None:
+    if return_indices or x.ndim not in (spatial + 1, spatial + 2):
+        return None
+    kernel = _per_dim(kernel_size, spatial)
+    stride = kernel if stride is None or stride == () or stride == [] else _per_dim(stride, spatial)
+    padding, dilation = _per_dim(padding, spatial), _per_dim(dilation, spatial)
+    if not all(isinstance(v, int) for v in (*kernel, *stride, *padding, *dilation)):
+        return None
+    sizes = tuple(_pool_size(*args, bool(ceil_mode)) for args in
+                  zip(x.shape[-spatial:], kernel, stride, padding, dilation))
+    return tuple(x.shape[:-spatial]) + sizes
+
+
+def _adaptive_pool(spatial: int) -> Callable[..., Shape | None]:
+    def rule(x: TensorMeta, output_size: Any, return_indices: bool = False) -> Shape | None:
+        if return_indices or x.ndim not in (spatial + 1, spatial + 2):
+            return None
+        wanted = _per_dim(output_size, spatial)
+        sizes = tuple(size if want is None else want for size, want in zip(x.shape[-spatial:], wanted))
+        return tuple(x.shape[:-spatial]) + sizes
+    return rule
+
+
 def _per_dim(value: Any, count: int) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * count
 
@@ -82,6 +128,11 @@ RULES: dict[Any, Callable[..., Shape | None]] = {
     F.embedding: _embedding,
     F.conv1d: _conv(1), F.conv2d: _conv(2), F.conv3d: _conv(3),
     torch.conv1d: _conv(1), torch.conv2d: _conv(2), torch.conv3d: _conv(3),
+    F.max_pool1d: _max_pool(1), F.max_pool2d: _max_pool(2), F.max_pool3d: _max_pool(3),
+    torch.max_pool1d: _max_pool(1), torch.max_pool2d: _max_pool(2), torch.max_pool3d: _max_pool(3),
+    F.avg_pool1d: _avg_pool(1), F.avg_pool2d: _avg_pool(2), F.avg_pool3d: _avg_pool(3),
+    F.adaptive_avg_pool1d: _adaptive_pool(1), F.adaptive_avg_pool2d: _adaptive_pool(2),
+    F.adaptive_avg_pool3d: _adaptive_pool(3),
 }
 
 

@@ -302,6 +302,20 @@ def conv_strided_pool2(x, w):
     return F.adaptive_avg_pool2d(y, 2)
 
 
+def pools(x, w):                  # a ResNet stem's max pool, average pools (with ceil_mode), adaptive pools
+    y = F.relu(F.conv2d(x, w, padding=1))
+    return (F.max_pool2d(y, 3, 2, 1), F.avg_pool2d(y, 2), F.avg_pool2d(y, 3, 2, 1, ceil_mode=True),
+            F.max_pool2d(y, 2, ceil_mode=True), F.adaptive_avg_pool2d(y, (3, 3)), F.max_pool1d(y.flatten(2), 2))
+
+
+def mk_pools_batch(n, g):
+    return randn(g, n, 3, 9, 9).to(memory_format=torch.channels_last), randn(g, 4, 3, 3, 3)
+
+
+def mk_pools_hw(n, g):
+    return randn(g, 2, 3, n + 2, n + 3), randn(g, 4, 3, 3, 3)
+
+
 # views --------------------------------------------------------------------------------------------
 def reshape_flatten(x):
     return x.reshape(-1) * 2, x.flatten() + 1, x.reshape(-1, 3) - 1, x.unflatten(1, (2, 3)).flatten(0, 1) * 3
@@ -583,10 +597,12 @@ CASES = [
     Case("linear_3d", linear, mk_linear_3d, PAIRS),
     Case("bmm", bmm, mk_bmm, PAIRS),
     Case("mlp", mlp, mk_mlp),
-    Case("conv_batch", conv_block, mk_conv_batch, SHORT, extra_compiles=CONV_PINS),
-    Case("conv_hw", conv_block, mk_conv_hw, [3, 5, 8, 17, 2, 1], extra_compiles=CONV_PINS),
+    Case("conv_batch", conv_block, mk_conv_batch, SHORT),
+    Case("conv_hw", conv_block, mk_conv_hw, [3, 5, 8, 17, 2, 1]),
     Case("conv_stride2_pool2_hw", conv_strided_pool2, mk_conv_hw_nobias, [4, 7, 16, 9, 2, 1],
          extra_compiles=CONV_PINS),
+    Case("pools_batch", pools, mk_pools_batch, SHORT),
+    Case("pools_hw", pools, mk_pools_hw, [3, 5, 8, 17, 2, 1]),
     Case("reshape_flatten", reshape_flatten, mk_x),
     Case("view_batch_from_shape", view_batch_from_shape, mk_x),
     Case("permute_transpose", permute_transpose, mk_3d, PAIRS),
