@@ -23,7 +23,7 @@
 #    and do step 1 again; runs already recorded there are skipped (run.py --resume).
 #
 # Knobs (environment): ZOO_MODELS (default all), ZOO_COMPILERS (default ember,inductor),
-# ZOO_TIMEOUT (per run, default 240 s), ZOO_MODE (infer), ZOO_DTYPE (bfloat16), ZOO_DYNAMIC
+# ZOO_EMBER_COLUMN / ZOO_INDUCTOR_COLUMN (report.md columns: ember-ro, inductor-ro ...), ZOO_TIMEOUT (per run, default 240 s), ZOO_MODE (infer), ZOO_DTYPE (bfloat16), ZOO_DYNAMIC
 # (run.py --dynamic: none, true or false); for a CPU dry run
 # ZOO_DEVICE=cpu ZOO_SIZE=tiny ZOO_STATE=/tmp/zoo_dry (tiny configs; timings mean nothing).
 # ---------------------------------------------------------------------------------------------
@@ -104,10 +104,10 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for comp in ("ember", "inductor"):
     with open(f"{sys.argv[2]}/{comp}.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows if r.get("compiler") == comp)
+        f.writelines(json.dumps(r) + "\n" for r in rows if str(r.get("compiler", "")).startswith(comp))  # ember-ro, inductor-ro too
 EOF
     (cd "$STATE/src/bench" && "$PY" run.py --summary "$OUT/inductor.jsonl" "$OUT/ember.jsonl") > "$OUT/summary.txt" 2>&1
-    "$PY" "$STATE/src/zoo_report.py" "$OUT/all.jsonl" --md "$OUT/report.md" > /dev/null 2>&1
+    "$PY" "$STATE/src/zoo_report.py" "$OUT/all.jsonl" --md "$OUT/report.md" --ember "${ZOO_EMBER_COLUMN:-ember}" --inductor "${ZOO_INDUCTOR_COLUMN:-inductor}" > /dev/null 2>&1
     [ -d "$STATE/logs" ] && tar -czf "$OUT/logs.tar.gz" -C "$STATE" logs
     echo "================ progress"; tail -n 25 "$STATE/progress.log"
     echo "================ summary (run.py --summary inductor.jsonl ember.jsonl)"; cat "$OUT/summary.txt"

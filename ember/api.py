@@ -445,7 +445,7 @@ def reset() -> None:
     for captured in list(_live_captures):
         captured.reset()
     _warned_fallbacks.clear()
-    for module_name in ("ember.capture", "ember.backend", "ember.runtime"):
+    for module_name in ("ember.capture", "ember.backend", "ember.runtime.cudagraphs"):
         module = sys.modules.get(module_name)  # a module never imported holds no cache
         reset_module = getattr(module, "reset", None)
         if callable(reset_module):
@@ -453,16 +453,11 @@ def reset() -> None:
 
 
 def cudagraph_mark_step_begin() -> None:
-    """Mark the start of a new step for CUDA-graph memory reuse (no-op until reduce-overhead lands).
-
-    The bench harness calls it before every step of ``ember-ro``, as
-    ``torch.compiler.cudagraph_mark_step_begin`` for Inductor.
+    """Mark the start of a new step under mode="reduce-overhead": outputs of earlier calls are no
+    longer used, so their CUDA-graph memory may be overwritten (reading one afterwards raises an
+    error that says so).  Like ``torch.compiler.cudagraph_mark_step_begin``; ember also checks by
+    itself what autograd still needs, so a training loop does not have to call it.
     """
-    if importlib.util.find_spec("ember.runtime.cudagraphs") is None:
-        return
     from ember.runtime import cudagraphs
 
-    mark = getattr(cudagraphs, "mark_step_begin", None)
-    if callable(mark):
-        mark()
-
+    cudagraphs.mark_step_begin()

@@ -95,6 +95,10 @@ def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOpt
     try:
         prim_graph = to_prim_graph(graph, specs)
         _check_dynamic_support(prim_graph, specs)
+        if options.mode == "reduce-overhead" and _device_of(specs).type == "cuda":
+            from ember.prims.decompositions.random import seeds_on_device
+            seeds_on_device(prim_graph, next(s.device for s in specs if isinstance(s, TensorMeta)
+                                             and s.device.type == "cuda"))
         if needs_autodiff(specs):
             from ember.autodiff.training import EagerAutograd, compile_training
             try:
@@ -186,7 +190,22 @@ def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: Compi
             program = split_reductions(program, _device_of(specs).type)
         sched = schedule(program)
     with _stage("codegen"):
-        return _generate(prim_graph, sched, specs, options)
+        compiled = _generate(prim_graph, sched, specs, options)
+    if options.mode == "reduce-overhead":
+        _use_cuda_graphs(compiled, prim_graph, specs)
+    return compiled
+
+
+def _use_cuda_graphs(compiled: CompiledGraph, prim_graph: Graph, specs: list[InputSpec]) -> None:
+    """mode="reduce-overhead": the kernels are replayed as a CUDA graph (runtime/cudagraphs.py)."""
+    if _device_of(specs).type != "cuda":
+        return
+    from ember.codegen.triton import interpret_requested
+    from ember.runtime.cudagraphs import CudaGraphRunner
+    if interpret_requested():
+        log("cudagraphs", "not recorded: TRITON_INTERPRET runs the kernels on the host")
+        return
+    compiled.call = CudaGraphRunner(compiled.call, prim_graph)
 
 
 def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:

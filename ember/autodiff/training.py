@@ -51,6 +51,8 @@ def compile_training(graph: Graph, prim_graph: Graph, specs: list, options: Comp
         return compile_prim_graph(prim_graph, specs, options)
     parts = partition(joint)
     forward_graph = _forward_graph(parts, joint)
+    # a CUDA-graph runner hands out the first outputs to the caller; the rest are saved for backward
+    forward_graph.extra["cudagraph_visible_outputs"] = len(prim_graph.outputs)
     forward = compile_prim_graph(forward_graph, specs, options)
     step = TrainingStep(forward, parts, joint, prim_graph, graph, options)
     return CompiledGraph(step, "autograd", forward.source, forward.kernel_count, forward.extern_count,

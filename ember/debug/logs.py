@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-CHANNELS = ("graph", "prim_graph", "guards", "recompiles", "graph_breaks", "output_code", "dynamic")
+CHANNELS = ("graph", "prim_graph", "guards", "recompiles", "graph_breaks", "output_code", "dynamic", "cudagraphs")
 
 _enabled: set[str] = set()
 

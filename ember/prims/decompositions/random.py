@@ -23,6 +23,26 @@ def draw_seed() -> int:
     return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
 
 
+def draw_seed_on(device: torch.device) -> torch.Tensor:
+    """The seed as a 0-dim tensor drawn by the device's own generator, for graphs replayed as a
+    CUDA graph (mode="reduce-overhead"): a host number would be recorded once and replayed
+    forever, while torch's CUDA generator gives a recorded draw fresh state on every replay."""
+    return torch.randint(0, 2**62, (), dtype=torch.int64, device=device)
+
+
+def seeds_on_device(graph: Any, device: torch.device) -> bool:
+    """Make every host seed draw of a prim graph a draw on ``device``; True if there was one."""
+    from ember.graph import TensorMeta
+    found = False
+    for node in graph.call_nodes():
+        if node.target is draw_seed:
+            node.target = draw_seed_on
+            node.args = (device,)
+            node.meta = TensorMeta((), (), torch.int64, device)
+            found = True
+    return found
+
+
 def _uniform(shape: Sequence[Any], dtype: torch.dtype, device: Any) -> Value:
     emitter = current()
     if emitter.seed is None:

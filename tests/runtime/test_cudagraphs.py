@@ -1,0 +1,253 @@
+"""mode="reduce-overhead": CUDA graphs, differential against eager on every call.
+
+Needs a CUDA device (skipped on CPU CI; run on the GPU machine).  Each test calls the compiled
+function repeatedly with new input values and checks outputs, mutated inputs, buffers and
+gradients against eager, and that the calls were in fact replayed (runtime.cudagraphs.counters).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import ember
+from ember.runtime import cudagraphs
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+DEV = "cuda"
+
+
+def ro(fn, **kwargs):
+    return ember.compile(fn, mode="reduce-overhead", **kwargs)
+
+
+def close(actual, expected, tol=1e-5):
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol)
+
+
+class MLP(nn.Module):
+    def __init__(self, width=64, depth=3):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.nn.functional.gelu(layer(x))
+        return self.norm(x)
+
+
+# ---------------------------------------------------------------------- inference
+def test_repeated_calls_with_new_values_replay_one_recording():
+    model = MLP().to(DEV)
+    compiled = ro(model)
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(16, 64, device=DEV)
+            close(compiled(x).clone(), model(x))
+    assert cudagraphs.counters["recorded"] == 1
+    assert cudagraphs.counters["replayed"] == 5
+
+
+def test_an_output_kept_across_calls_raises_when_read():
+    model = MLP().to(DEV)
+    compiled = ro(model)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(torch.randn(8, 64, device=DEV))
+        first = compiled(torch.randn(8, 64, device=DEV))
+        kept = first.clone()
+        second = compiled(torch.randn(8, 64, device=DEV))
+        with pytest.raises(RuntimeError, match="overwritten"):
+            first + 1
+        assert not torch.equal(kept, second)
+
+
+def test_mark_step_begin_expires_outputs():
+    compiled = ro(lambda x: x.sin() * 2)
+    x = torch.randn(32, device=DEV)
+    for _ in range(3):
+        out = compiled(x)
+    ember.cudagraph_mark_step_begin()
+    with pytest.raises(RuntimeError, match="overwritten"):
+        out.sum()
+
+
+def test_mutated_input_is_written_back():
+    def f(x, y):
+        x.add_(y)
+        return x * 2
+
+    compiled = ro(f)
+    for _ in range(5):
+        x, y = torch.randn(64, device=DEV), torch.randn(64, device=DEV)
+        x_eager = x.clone()
+        expected = f(x_eager, y)
+        out = compiled(x, y)
+        close(x, x_eager)
+        close(out, expected)
+    assert cudagraphs.counters["replayed"] >= 3
+
+
+def test_output_that_is_the_input_is_the_callers_tensor():
+    compiled = ro(lambda x: x.mul_(2))
+    for _ in range(4):
+        x = torch.randn(16, device=DEV)
+        expected = x * 2
+        out = compiled(x)
+        assert out is x
+        close(x, expected)
+
+
+def test_buffer_updates_accumulate_like_eager():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(8))
+
+        def forward(self, x):
+            self.total += x.sum(0)
+            return x * self.total
+
+    eager = Counter().to(DEV)
+    compiled_module = copy.deepcopy(eager)
+    compiled = ro(compiled_module)
+    for _ in range(6):
+        x = torch.randn(4, 8, device=DEV)
+        close(compiled(x).clone(), eager(x))
+        close(compiled_module.total, eager.total)
+
+
+def test_state_fed_back_as_input():
+    weight = torch.randn(32, 32, device=DEV) * 0.1
+
+    def cell(x, h):
+        return torch.tanh(x @ weight + h @ weight)
+
+    compiled = ro(cell)
+    h_eager = h = torch.zeros(4, 32, device=DEV)
+    for _ in range(8):
+        x = torch.randn(4, 32, device=DEV)
+        h = compiled(x, h)
+        h_eager = cell(x, h_eager)
+        close(h, h_eager)
+
+
+def test_python_scalar_arguments_are_part_of_the_layout():
+    def f(x, scale):
+        return x * scale + 1
+
+    compiled = ro(f)
+    x = torch.randn(64, device=DEV)
+    for scale in [2.0, 3.0, 2.0, 3.0, 2.0, 5.0]:
+        close(compiled(x, scale).clone(), f(x, scale))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_changing_sizes(dynamic):
+    model = MLP().to(DEV)
+    compiled = ro(model, dynamic=dynamic)
+    with torch.no_grad():
+        for batch in [8, 16, 8, 16, 8, 32, 1, 32, 32, 16]:
+            x = torch.randn(batch, 64, device=DEV)
+            close(compiled(x).clone(), model(x))
+
+
+def test_cpu_input_runs_plain_launches():
+    def f(x, s):
+        return x * s
+
+    compiled = ro(f)
+    for _ in range(4):
+        x, s = torch.randn(16, device=DEV), torch.randn(())
+        close(compiled(x, s), f(x, s))
+    assert cudagraphs.counters["replayed"] == 0
+
+
+def test_graph_break_both_graphs_replayed():
+    def f(x):
+        y = torch.relu(x) + 1
+        print("break")
+        return y.cos()
+
+    compiled = ro(f)
+    for _ in range(5):
+        x = torch.randn(64, device=DEV)
+        close(compiled(x).clone(), f(x))
+    assert cudagraphs.counters["recorded"] == 2
+
+
+def test_random_ops_differ_between_calls():
+    compiled = ro(lambda x: torch.nn.functional.dropout(x, 0.5, training=True))
+    x = torch.ones(4096, device=DEV)
+    masks = [(compiled(x) != 0).clone() for _ in range(5)]
+    assert not torch.equal(masks[-1], masks[-2])
+    for mask in masks:
+        assert 0.4 < mask.float().mean().item() < 0.6
+
+
+# ---------------------------------------------------------------------- training
+def _train(model, compiled, steps, make_batch, accumulate=1, set_to_none=True):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        x, target = make_batch(step)
+        loss = torch.nn.functional.mse_loss(compiled(x), target)
+        loss.backward()
+        losses.append(loss.item())
+        if (step + 1) % accumulate == 0:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=set_to_none)
+    return losses
+
+
+def _batch(step):
+    gen = torch.Generator(device="cpu").manual_seed(step)
+    return (torch.randn(16, 64, generator=gen).to(DEV), torch.randn(16, 64, generator=gen).to(DEV))
+
+
+@pytest.mark.parametrize("accumulate,set_to_none", [(1, True), (2, True), (3, False)])
+def test_training_steps_match_eager(accumulate, set_to_none):
+    eager = MLP().to(DEV)
+    model = copy.deepcopy(eager)
+    compiled = ro(model)
+    expected = _train(eager, eager, 7, _batch, accumulate, set_to_none)
+    actual = _train(model, compiled, 7, _batch, accumulate, set_to_none)
+    close(torch.tensor(actual), torch.tensor(expected), 1e-4)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        close(p, q, 1e-4)
+    assert cudagraphs.counters["replayed"] >= 6
+
+
+def test_two_forwards_before_one_backward():
+    eager = MLP().to(DEV)
+    model = copy.deepcopy(eager)
+    compiled = ro(model)
+    for step in range(5):
+        a, b = _batch(step)
+        (compiled(a).square().mean() + compiled(b).square().mean()).backward()
+        (eager(a).square().mean() + eager(b).square().mean()).backward()
+        for p, q in zip(model.parameters(), eager.parameters()):
+            close(p.grad, q.grad, 1e-4)
+
+
+def test_batchnorm_training_updates_running_stats():
+    def net():
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                             nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)).to(DEV)
+    eager = net()
+    model = copy.deepcopy(eager)
+    compiled = ro(model)
+    optimizer_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    optimizer_c = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        x = torch.randn(4, 3, 8, 8, device=DEV)
+        for m, fn, opt in ((eager, eager, optimizer_e), (model, compiled, optimizer_c)):
+            loss = fn(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        for a, b in zip(model.state_dict().values(), eager.state_dict().values()):
+            close(a.float(), b.float(), 1e-4)
