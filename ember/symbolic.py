@@ -72,6 +72,8 @@ class ShapeEnv:
         self.replacements: dict[sympy.Symbol, sympy.Expr] = {}   # symbols guarded equal to an expression
         self.frozen = False        # set once the guards are built: no assumption may be added after
         self._hint_values: dict[sympy.Symbol, sympy.Integer] = {}
+        self._known: dict[tuple, bool | None] = {}     # statically_known's answers (ranges never change)
+        self._quotients: dict[tuple, sympy.Expr] = {}  # cancel(a / b) of sizes (see ``cancel``)
 
     # ---------------------------------------------------------------- symbols
     def symbol(self, hint: int, source: Any = None, lower: int = 2, upper: float = INF) -> SymInt:
@@ -97,7 +99,15 @@ class ShapeEnv:
     # ---------------------------------------------------------------- decisions
     def statically_known(self, lhs: Any, op: str, rhs: Any = 0) -> bool | None:
         """True/False when the ranges decide ``lhs op rhs`` for every size, else None."""
-        raw = _expr(lhs) - _expr(rhs)
+        key = (_expr(lhs), op, _expr(rhs))
+        try:
+            return self._known[key]
+        except KeyError:
+            pass
+        answer = self._known[key] = self._statically_known(key[0] - key[2], op)
+        return answer
+
+    def _statically_known(self, raw: sympy.Expr, op: str) -> bool | None:
         diff = sympy.expand(raw)
         if diff.is_Number:
             return _COMPARE[op](diff, 0)
@@ -152,6 +162,15 @@ class ShapeEnv:
                 self.replacements[symbol] = sympy.expand(-rest / coeff)
                 self.replacements = {s: v.xreplace(self.replacements) for s, v in self.replacements.items()}
                 return
+
+    def cancel(self, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+        """``sympy.cancel(a / b)``, remembered: the loop IR's index arithmetic asks for the same
+        quotients of sizes again and again (a pure function of the two expressions)."""
+        try:
+            return self._quotients[a, b]
+        except KeyError:
+            quotient = self._quotients[a, b] = sympy.cancel(a / b)
+            return quotient
 
     def simplify(self, expr: sympy.Expr) -> sympy.Expr:
         return expr.xreplace(self.replacements) if self.replacements else expr
@@ -283,10 +302,10 @@ class SymInt:
         return self._wrap(_expr(other) * self.expr) if _is_int(other) else NotImplemented
 
     def __floordiv__(self, other: Any) -> Any:
-        return self._wrap(floordiv(self.expr, _expr(other))) if _is_int(other) else NotImplemented
+        return self._wrap(floordiv(self.expr, _expr(other), self.env)) if _is_int(other) else NotImplemented
 
     def __rfloordiv__(self, other: Any) -> Any:
-        return self._wrap(floordiv(_expr(other), self.expr)) if _is_int(other) else NotImplemented
+        return self._wrap(floordiv(_expr(other), self.expr, self.env)) if _is_int(other) else NotImplemented
 
     def __mod__(self, other: Any) -> Any:
         return self._wrap(sympy.Mod(self.expr, _expr(other))) if _is_int(other) else NotImplemented
@@ -355,11 +374,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, SymInt)) and not isinstance(value, bool) or isinstance(value, sympy.Integer)
 
 
-def floordiv(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+def floordiv(a: sympy.Expr, b: sympy.Expr, env: ShapeEnv | None = None) -> sympy.Expr:
     """a // b of sizes (b > 0); exact quotients fold (``(4 * s0) // 4`` is ``s0``)."""
     if b == 1:
         return a
-    quotient = sympy.cancel(a / b)
+    quotient = env.cancel(a, b) if env is not None else sympy.cancel(a / b)
     if quotient.is_integer:
         return quotient
     return sympy.floor(a / b)
@@ -370,7 +389,7 @@ def exact_quotient(a: Any, b: Any) -> Any:
     if not isinstance(a, SymInt) and not isinstance(b, SymInt):
         return a // b if a % b == 0 else None
     env = a.env if isinstance(a, SymInt) else b.env
-    quotient = sympy.cancel(_expr(a) / _expr(b))
+    quotient = env.cancel(_expr(a), _expr(b))
     return SymInt.of(quotient, env) if quotient.is_integer else None
 
 
