@@ -95,10 +95,8 @@ def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOpt
     try:
         prim_graph = to_prim_graph(graph, specs)
         _check_dynamic_support(prim_graph, specs)
-        if options.mode == "reduce-overhead" and _device_of(specs).type == "cuda":
-            from ember.prims.decompositions.random import seeds_on_device
-            seeds_on_device(prim_graph, next(s.device for s in specs if isinstance(s, TensorMeta)
-                                             and s.device.type == "cuda"))
+        if options.mode == "reduce-overhead":
+            _seeds_for_cuda_graphs(prim_graph, specs)
         if needs_autodiff(specs):
             from ember.autodiff.training import EagerAutograd, compile_training
             try:
@@ -196,16 +194,31 @@ def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: Compi
     return compiled
 
 
+def _cuda_graph_device(specs: list[InputSpec]) -> torch.device | None:
+    """The device whose launches mode="reduce-overhead" records, if the graph runs on one."""
+    from ember.runtime import cudagraphs
+    return next((s.device for s in specs if isinstance(s, TensorMeta) and s.device.type == cudagraphs.DEVICE_TYPE),
+                None)
+
+
+def _seeds_for_cuda_graphs(prim_graph: Graph, specs: list[InputSpec]) -> None:
+    """A recorded seed would be replayed forever: draw it on the device (see draw_seed_on)."""
+    device = _cuda_graph_device(specs)
+    if device is not None:
+        from ember.prims.decompositions.random import seeds_on_device
+        seeds_on_device(prim_graph, device)
+
+
 def _use_cuda_graphs(compiled: CompiledGraph, prim_graph: Graph, specs: list[InputSpec]) -> None:
     """mode="reduce-overhead": the kernels are replayed as a CUDA graph (runtime/cudagraphs.py)."""
-    if _device_of(specs).type != "cuda":
+    if _cuda_graph_device(specs) is None:
         return
     from ember.codegen.triton import interpret_requested
     from ember.runtime.cudagraphs import CudaGraphRunner
-    if interpret_requested():
+    if _device_of(specs).type == "cuda" and interpret_requested():
         log("cudagraphs", "not recorded: TRITON_INTERPRET runs the kernels on the host")
         return
-    compiled.call = CudaGraphRunner(compiled.call, prim_graph)
+    compiled.call = CudaGraphRunner(compiled.call, prim_graph, specs)
 
 
 def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:

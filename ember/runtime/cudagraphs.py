@@ -1,6 +1,6 @@
 """CUDA graphs for mode="reduce-overhead": record a compiled graph's launches once, replay them.
 
-    call = CudaGraphRunner(compiled.call, prim_graph)   # the same calling convention
+    call = CudaGraphRunner(compiled.call, prim_graph, specs)   # the same calling convention
 
 Per input layout (shapes, strides, dtypes, Python scalars, the addresses of pinned inputs) the
 first call runs the generated wrapper as usual (warm-up: Triton compiles, cuBLAS initialises), the
@@ -35,7 +35,8 @@ from typing import Any
 import torch
 
 from ember.debug.logs import log
-from ember.graph import Graph
+from ember.graph import Graph, TensorMeta
+from ember.symbolic import is_symbolic
 
 # a runner keeps at most this many recordings (sizes under dynamic shapes, busy forwards); each has
 # its own memory pool, so beyond it calls run the plain launches
@@ -71,7 +72,7 @@ def mark_step_begin() -> None:
 
 @dataclasses.dataclass(eq=False)
 class _Recording:
-    graph: torch.cuda.CUDAGraph
+    replay: Callable[[], None]              # the recorded CUDA graph's replay
     buffers: dict[int, torch.Tensor]        # copied input position -> the buffer the graph reads
     copy_back: list[int]                    # copied positions the graph writes
     plan: list[tuple]                       # per output: how to hand it out after a replay
@@ -83,7 +84,7 @@ class _Recording:
 class CudaGraphRunner:
     """The callable of a reduce-overhead CompiledGraph on CUDA (see the module docstring)."""
 
-    def __init__(self, call: Callable[..., tuple], prim_graph: Graph) -> None:
+    def __init__(self, call: Callable[..., tuple], prim_graph: Graph, specs: list[Any]) -> None:
         self.call = call
         extra = prim_graph.extra
         self.boxed = bool(extra.get("boxed_inputs"))
@@ -92,7 +93,14 @@ class CudaGraphRunner:
         self.num_visible = extra.get("cudagraph_visible_outputs")
         self.mutated = {position for position, _ in extra.get("mutated_inputs", [])}
         self.pinned_by_source = [_is_module_state(p.extra.get("source", "")) for p in prim_graph.placeholders]
-        self.demoted: set[int] = set()
+        self.symbolic = [position for position, spec in enumerate(specs)
+                         if isinstance(spec, TensorMeta) and any(map(is_symbolic, (*spec.shape, *spec.stride,
+                                                                                    spec.storage_offset)))]
+        # input positions by kind, sorted on the first call: parameters and module state (read in
+        # place), other tensors (copied, unless another runner's output), Python scalars
+        self.pinned_positions: list[int] | None = None
+        self.other_positions: list[int] = []
+        self.scalar_positions: list[int] = []
         self.recordings: dict[tuple, list[_Recording]] = {}
         self.warmed_up: set[tuple] = set()
         self.disabled = ""
@@ -131,36 +139,50 @@ class CudaGraphRunner:
         for position, buffer in recording.buffers.items():
             buffer.copy_(inputs[position])
         self._expire(recording)
-        recording.graph.replay()
+        recording.replay()
         counters["replayed"] += 1
         for position in recording.copy_back:
             inputs[position].copy_(recording.buffers[position])
         return self._hand_out(recording, inputs)
 
     # ------------------------------------------------------------------ layouts
-    def _pinned(self, position: int, value: torch.Tensor) -> bool:
-        if position in self.demoted:
-            return False
-        if isinstance(value, torch.nn.Parameter) or self.pinned_by_source[position]:
-            return True
-        owner = _pool_outputs.get(value.untyped_storage().data_ptr())
-        return owner is not None and owner() not in (None, self)
-
     def _layout_key(self, inputs: tuple) -> tuple | None:
-        key: list[Any] = []
+        """What a recording depends on: (addresses of module-state inputs, addresses of other
+        runners' outputs or None for inputs to copy, Python scalars, shapes and strides of inputs
+        with symbolic sizes).  Static shapes are fixed by the graph's guards."""
+        if self.pinned_positions is None and not self._first_call(inputs):
+            return None
+        pinned = tuple([inputs[p].data_ptr() for p in self.pinned_positions])
+        others = tuple([self._pool_address(inputs[p]) for p in self.other_positions])
+        scalars = tuple([(type(inputs[p]), inputs[p]) for p in self.scalar_positions])
+        layouts = tuple([(tuple(inputs[p].shape), inputs[p].stride(), inputs[p].storage_offset())
+                         for p in self.symbolic])
+        return pinned, others, scalars, layouts
+
+    def _pool_address(self, value: torch.Tensor) -> int | None:
+        """The address of another runner's output (a saved activation: read in place), else None."""
+        address = value.untyped_storage().data_ptr()
+        owner = _pool_outputs.get(address)
+        return value.data_ptr() if owner is not None and owner() not in (None, self) else None
+
+    def _first_call(self, inputs: tuple) -> bool:
+        """Sort the inputs once (the graph's guards keep them so)."""
+        tensors = []
         for position, value in enumerate(inputs):
             if isinstance(value, torch.Tensor):
-                if value.device.type != "cuda":
+                if value.device.type != DEVICE_TYPE:
                     self._disable(f"input {position} is a {value.device.type} tensor")
-                    return None
-                address = value.data_ptr() if self._pinned(position, value) else None
-                key.append((tuple(value.shape), value.stride(), value.dtype, address))
+                    return False
+                tensors.append(position)
             elif isinstance(value, (int, float, bool, type(None), torch.dtype, str)):
-                key.append((type(value), value))
+                self.scalar_positions.append(position)
             else:
                 self._disable(f"input {position} is a {type(value).__name__}")
-                return None
-        return tuple(key)
+                return False
+        self.pinned_positions = [p for p in tensors
+                                 if isinstance(inputs[p], torch.nn.Parameter) or self.pinned_by_source[p]]
+        self.other_positions = [p for p in tensors if p not in self.pinned_positions]
+        return True
 
     def _free_recording(self, key: tuple) -> _Recording | None:
         for recording in self.recordings.get(key, ()):
@@ -174,27 +196,26 @@ class CudaGraphRunner:
         if len(same_key) >= RECORDINGS_PER_LAYOUT:
             log("cudagraphs", f"{len(same_key)} recordings of one layout are all in use: plain launches")
             return None
-        if self._demote_moving_inputs(key, inputs):
+        if self._demote_moving_inputs(key):
             key = self._layout_key(inputs)
             if key is None:
                 return None
         if sum(len(r) for r in self.recordings.values()) >= MAX_RECORDINGS:
             self._disable(f"more than {MAX_RECORDINGS} input layouts (sizes) or concurrent calls")
             return None
-        buffers = {position: _empty_like(value) for position, value in enumerate(inputs)
-                   if isinstance(value, torch.Tensor) and key[position][3] is None}
+        buffers = {position: _empty_like(inputs[position])
+                   for position, address in zip(self.other_positions, key[1]) if address is None}
         for position, buffer in buffers.items():
             buffer.copy_(inputs[position])
         static = [buffers.get(position, value) for position, value in enumerate(inputs)]
-        graph = torch.cuda.CUDAGraph()
+        device = next(v.device for v in inputs if isinstance(v, torch.Tensor))
         try:
-            with torch.cuda.device(next(v.device for v in inputs if isinstance(v, torch.Tensor))):
-                with torch.cuda.graph(graph, stream=_capture_stream(), capture_error_mode="thread_local"):
-                    outputs = self.call(list(static)) if self.boxed else self.call(*static)
+            outputs, replay = capture(device, lambda: self.call(list(static)) if self.boxed else self.call(*static),
+                                      static)
         except Exception as exc:  # noqa: BLE001 - a graph that cannot be recorded runs its plain launches
             self._disable(f"recording failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
-        recording = _Recording(graph, buffers, sorted(p for p in self.mutated if p in buffers),
+        recording = _Recording(replay, buffers, sorted(p for p in self.mutated if p in buffers),
                                _output_plan(outputs, static, buffers), list(outputs), [])
         pool = [(index, plan[1]) for index, plan in enumerate(recording.plan) if plan[0] == "pool"]
         for _, output in pool:
@@ -203,31 +224,30 @@ class CudaGraphRunner:
             recording.watched = _distinct_storages([o for _, o in pool])
         elif self.num_visible is not None:      # saved activations, until the backward ran
             recording.watched = _distinct_storages([o for i, o in pool if i >= self.num_visible])
-        del static, outputs
+        del outputs
         self.recordings.setdefault(key, []).append(recording)
         counters["recorded"] += 1
         log("cudagraphs", f"recorded a CUDA graph ({len(buffers)} inputs copied, "
-                          f"{sum(_is_tensor_key(k) and k[3] is not None for k in key)} pinned)")
+                          f"{len(key[0]) + sum(a is not None for a in key[1])} read in place)")
         return recording
 
-    def _demote_moving_inputs(self, key: tuple, inputs: tuple) -> bool:
+    def _demote_moving_inputs(self, key: tuple) -> bool:
         """A parameter or module-state input at a new address where a recording of the same sizes
         has it at another (a tensor made per call that our guess took for module state): copy it
-        from now on, and drop the recordings that pinned it.  Another runner's outputs (saved
-        activations) legitimately move between that runner's recordings: they stay pinned."""
-        demoted = False
-        for other in list(self.recordings):
-            if len(other) != len(key) or not all(_same_layout(a, b) for a, b in zip(key, other)):
-                continue
-            moved = [p for p, (a, b) in enumerate(zip(key, other))
-                     if _is_tensor_key(a) and a[3] != b[3]
-                     and inputs[p].untyped_storage().data_ptr() not in _pool_outputs]
-            if moved:
-                self.demoted.update(moved)
-                log("cudagraphs", f"inputs {moved} change address between calls: copied from now on")
-                del self.recordings[other]
-                demoted = True
-        return demoted
+        from now on, and drop every recording (their keys change shape).  Another runner's outputs
+        (saved activations) legitimately move between that runner's recordings: they stay pinned."""
+        moved: set[int] = set()
+        for other in self.recordings:
+            if other[2:] == key[2:]:
+                moved.update(p for p, a, b in zip(self.pinned_positions, key[0], other[0]) if a != b)
+        if not moved:
+            return False
+        log("cudagraphs", f"inputs {sorted(moved)} change address between calls: copied from now on")
+        self.pinned_positions = [p for p in self.pinned_positions if p not in moved]
+        self.other_positions = sorted([*self.other_positions, *moved])
+        self.recordings.clear()
+        self.warmed_up.clear()
+        return True
 
     # ------------------------------------------------------------------ outputs
     def _hand_out(self, recording: _Recording, inputs: tuple) -> tuple:
@@ -260,7 +280,7 @@ class CudaGraphRunner:
         for reference in recording.returned:
             tensor = reference()
             if tensor is not None:
-                torch._C._set_storage_access_error_msg(tensor, OVERWRITTEN)
+                mark_overwritten(tensor)
         recording.returned = []
 
     def expire_outputs(self) -> None:
@@ -275,6 +295,26 @@ class CudaGraphRunner:
             self.recordings.clear()
 
 
+# The seams tests replace to run this module on the CPU (tests/runtime/test_cudagraphs.py emulates
+# a recording by running the call again and writing into the recorded outputs):
+DEVICE_TYPE = "cuda"        # whose graphs are recorded
+
+
+def capture(device: torch.device, run: Callable[[], Any], inputs: list[Any]) -> tuple[Any, Callable[[], None]]:
+    """Record ``run()``'s launches into a CUDA graph with its own memory pool: (what run
+    returned, the graph's replay).  ``inputs``, what run reads, are unchanged: nothing runs."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.device(device):
+        with torch.cuda.graph(graph, stream=_capture_stream(), capture_error_mode="thread_local"):
+            outputs = run()
+    return outputs, graph.replay
+
+
+def mark_overwritten(tensor: torch.Tensor) -> None:
+    """Reading ``tensor`` raises OVERWRITTEN from now on (it lets go of the storage)."""
+    torch._C._set_storage_access_error_msg(tensor, OVERWRITTEN)
+
+
 _capture_streams: dict[int, torch.cuda.Stream] = {}
 
 
@@ -284,17 +324,6 @@ def _capture_stream() -> torch.cuda.Stream:
     if device not in _capture_streams:
         _capture_streams[device] = torch.cuda.Stream(device)
     return _capture_streams[device]
-
-
-def _is_tensor_key(part: Any) -> bool:
-    return isinstance(part, tuple) and len(part) == 4 and isinstance(part[2], torch.dtype)
-
-
-def _same_layout(a: Any, b: Any) -> bool:
-    """Two layout keys' parts agree but for a pinned address."""
-    if _is_tensor_key(a) and _is_tensor_key(b):
-        return a[:3] == b[:3]
-    return a == b
 
 
 def _is_module_state(source: str) -> bool:
