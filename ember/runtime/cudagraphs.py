@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from ember.codegen.wrapper import inputs_share_memory
 from ember.debug.logs import log
 from ember.graph import Graph, TensorMeta
 from ember.symbolic import is_symbolic
@@ -92,6 +93,10 @@ class CudaGraphRunner:
         # a training forward: its first outputs go to the caller, the others are saved for backward
         self.num_visible = extra.get("cudagraph_visible_outputs")
         self.mutated = {position for position, _ in extra.get("mutated_inputs", [])}
+        # arguments the graph writes: when one shares memory with another argument the wrapper
+        # runs the torch-level graph eagerly (codegen/wrapper.py _emit_alias_check), so must we
+        self.arguments = list(extra.get("_argument_inputs", range(len(prim_graph.placeholders))))
+        self.written_arguments = sorted(self.mutated & set(self.arguments))
         self.pinned_by_source = [_is_module_state(p.extra.get("source", "")) for p in prim_graph.placeholders]
         self.symbolic = [position for position, spec in enumerate(specs)
                          if isinstance(spec, TensorMeta) and any(map(is_symbolic, (*spec.shape, *spec.stride,
@@ -116,7 +121,7 @@ class CudaGraphRunner:
             box.clear()
         else:
             inputs = arguments
-        if self.disabled:
+        if self.disabled or (self.written_arguments and self._arguments_alias(inputs)):
             return self._plain(inputs)
         key = self._layout_key(inputs)
         if key is None:
@@ -130,6 +135,11 @@ class CudaGraphRunner:
             if recording is None:
                 return self._plain(inputs)
         return self._replay(recording, inputs)
+
+    def _arguments_alias(self, inputs: tuple) -> bool:
+        tensors = [p for p in self.arguments if isinstance(inputs[p], torch.Tensor)]
+        written = tuple(tensors.index(p) for p in self.written_arguments if p in tensors)
+        return len(tensors) > 1 and inputs_share_memory(tuple(inputs[p] for p in tensors), written)
 
     def _plain(self, inputs: tuple) -> tuple:
         counters["plain"] += 1

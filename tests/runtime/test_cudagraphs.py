@@ -127,6 +127,22 @@ def test_mutated_input_is_written_back():
     assert cudagraphs.counters["replayed"] >= 3
 
 
+def test_written_arguments_that_share_memory():
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+
+    compiled = ro(f)
+    for step in range(6):
+        z = torch.arange(8.0, device=DEV)
+        z_eager = z.clone()
+        # separate tensors first (recorded), then overlapping views of one tensor
+        x, y = (z[:4], z[2:6]) if step >= 3 else (z[:4], z[4:])
+        xe, ye = (z_eager[:4], z_eager[2:6]) if step >= 3 else (z_eager[:4], z_eager[4:])
+        close(compiled(x, y).clone(), f(xe, ye))
+        close(z, z_eager)
+
+
 def test_output_that_is_the_input_is_the_callers_tensor():
     compiled = ro(lambda x: x.mul_(2))
     for _ in range(4):
