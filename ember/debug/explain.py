@@ -59,6 +59,9 @@ class ExplainReport:
                       if stats else "")
             if getattr(compiled, "eager_reason", None):   # an eager graph: say why, not just "0 kernels"
                 detail += f", runs op by op ({compiled.eager_reason})"
+            runner = _cuda_graph_runner(compiled)
+            if runner is not None:
+                detail += f", {runner.describe()}"
             frame = f" ({self.graph_frames[index]})" if index < len(self.graph_frames) else ""
             lines.append(f"  graph {index}{frame}: {plural(ops, 'op')}{detail}: {_op_names(self.graphs[index])}")
         if self.graph_breaks:
@@ -72,6 +75,13 @@ class ExplainReport:
         if len(self.guards) > MAX_PRINTED_GUARDS:  # a module has a few per submodule: keep the summary short
             lines.append(f"  ... {len(self.guards) - MAX_PRINTED_GUARDS} more in report.guards")
         return "\n".join(lines)
+
+
+def _cuda_graph_runner(compiled: Any) -> Any:
+    """mode="reduce-overhead": the CUDA-graph runner of a compiled graph (or of a training forward)."""
+    call = getattr(compiled, "call", None)
+    call = getattr(call, "forward", call)
+    return call if hasattr(call, "describe") and hasattr(call, "recordings") else None
 
 
 def _op_names(graph: Graph, limit: int = 12) -> str:

@@ -113,6 +113,13 @@ class CudaGraphRunner:
             self._disable("the graph draws random numbers on the host (dropout, rand) once per call")
         _runners.add(self)
 
+    def describe(self) -> str:
+        """For ember.explain: whether the graph is replayed as a CUDA graph."""
+        if self.disabled:
+            return f"no CUDA graph ({self.disabled})"
+        count = sum(len(r) for r in self.recordings.values())
+        return f"CUDA graph: {count} recorded" if count else "CUDA graph recorded on the 2nd call of each input layout"
+
     # ------------------------------------------------------------------ calls
     def __call__(self, *arguments: Any) -> tuple:
         if self.boxed:      # one list that the callee empties (a training backward)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import ember
+from ember.debug.explain import explain_with
 from ember.runtime import cudagraphs
 
 CUDA = torch.cuda.is_available()
@@ -304,3 +305,10 @@ def test_batchnorm_training_updates_running_stats():
             opt.zero_grad()
         for a, b in zip(model.state_dict().values(), eager.state_dict().values()):
             close(a.float(), b.float(), 1e-4)
+
+
+def test_explain_says_whether_graphs_are_replayed():
+    model = MLP().to(DEV)
+    with torch.no_grad():
+        report = explain_with(mode="reduce-overhead")(model, torch.randn(4, 64, device=DEV))
+    assert "CUDA graph recorded on the 2nd call" in str(report)
