@@ -113,7 +113,9 @@ def install_sm90() -> None:
         target = GPUTarget("cuda", 90, 32)
         for kernel in kernels:
             if kernel.source.startswith("@triton.jit"):      # the others are aliases
+                one = time.perf_counter()
                 triton_build._compile(getattr(module, kernel.name), kernel, kernel.aligned, target)
+                _kernel_times.append((time.perf_counter() - one, kernel.name, kernel.config, kernel.source))
         _times["gpu_build"] = _times.get("gpu_build", 0.0) + time.perf_counter() - start
         return {k.name: (None, k.arguments) for k in kernels}, source
     triton_codegen.build_kernels = build_kernels
@@ -147,6 +149,7 @@ def install_dump(directory: str) -> None:
 
 
 _dump_name = ["graph"]
+_kernel_times: list[tuple] = []      # --sm90: (seconds, name, config, source) of each GPU kernel compile
 
 
 def load_zoo(path: str):
@@ -165,6 +168,7 @@ def compile_once(model, inputs, dynamic: bool, cpu_backend: str) -> dict[str, fl
     """One cold compile (after ember.reset()) and call; seconds per stage."""
     ember.reset()
     _times.clear()
+    _kernel_times.clear()
     options = {"cpu_backend": cpu_backend} if cpu_backend != "cpp" else None
     compiled = ember.compile(model, dynamic=dynamic, options=options)
     with torch.no_grad():
@@ -173,6 +177,7 @@ def compile_once(model, inputs, dynamic: bool, cpu_backend: str) -> dict[str, fl
     # capture: the miss's capture, compile and guard building, less the backend
     report["capture"] = report.get("capture_and_backend", 0.0) - report.get("backend", 0.0)
     report["host"] = sum(report.get(s, 0.0) for s in STAGES)
+    report["gpu_kernels"] = list(_kernel_times)
     return report
 
 
@@ -226,6 +231,12 @@ def main() -> None:
                     runs[dynamic].append(compile_once(model, inputs, dynamic, cpu_backend))
             med = {d: {k: statistics.median(r.get(k, 0.0) for r in rs) for k in (*STAGES, "host", "build", "gpu_build")}
                    for d, rs in runs.items()}
+            if args.sm90:
+                for dynamic in (False, True):
+                    kernels = runs[dynamic][-1]["gpu_kernels"]
+                    print(f"{name} {'dynamic' if dynamic else 'static'}: {len(kernels)} distinct GPU kernels, "
+                          f"slowest: " + ", ".join(f"{k[1]} {k[0]:.2f} s ({k[2].kind} {k[2].xblock}x{k[2].rblock})"
+                                                   for k in sorted(kernels, key=lambda k: -k[0])[:6]))
             for dynamic in (False, True):
                 m = med[dynamic]
                 print(f"{name:12s} {cpu_backend:6s} {'dynamic' if dynamic else 'static ':7s} "

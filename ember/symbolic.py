@@ -37,6 +37,7 @@ INF = math.inf
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
@@ -74,6 +75,8 @@ class ShapeEnv:
         self._hint_values: dict[sympy.Symbol, sympy.Integer] = {}
         self._known: dict[tuple, bool | None] = {}     # statically_known's answers (ranges never change)
         self._quotients: dict[tuple, sympy.Expr] = {}  # cancel(a / b) of sizes (see ``cancel``)
+        self._simplified: dict[sympy.Expr, sympy.Expr] = {}   # simplify's answers (until a replacement)
+        self._arithmetic: dict[tuple, sympy.Expr] = {}  # SymInt arithmetic: (op, a, b) -> sympy's a op b
 
     # ---------------------------------------------------------------- symbols
     def symbol(self, hint: int, source: Any = None, lower: int = 2, upper: float = INF) -> SymInt:
@@ -161,6 +164,7 @@ class ShapeEnv:
             if symbol in self.hints and coeff in (1, -1) and symbol not in rest.free_symbols:
                 self.replacements[symbol] = sympy.expand(-rest / coeff)
                 self.replacements = {s: v.xreplace(self.replacements) for s, v in self.replacements.items()}
+                self._simplified.clear()
                 return
 
     def cancel(self, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
@@ -173,7 +177,31 @@ class ShapeEnv:
             return quotient
 
     def simplify(self, expr: sympy.Expr) -> sympy.Expr:
-        return expr.xreplace(self.replacements) if self.replacements else expr
+        if not self.replacements:
+            return expr
+        try:
+            return self._simplified[expr]
+        except KeyError:
+            simplified = self._simplified[expr] = expr.xreplace(self.replacements)
+            return simplified
+
+    def arithmetic(self, op: str, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+        """``a op b`` of two sympy expressions (op one of + - * // %), remembered: building a sympy
+        expression costs tens of microseconds, and the same sizes are multiplied and added again
+        and again (strides, index coefficients)."""
+        key = (op, a, b)
+        try:
+            return self._arithmetic[key]
+        except KeyError:
+            pass
+        if op == "//":
+            result = floordiv(a, b, self)
+        elif op == "%":
+            result = sympy.Mod(a, b)
+        else:
+            result = _ARITHMETIC[op](a, b)
+        self._arithmetic[key] = result
+        return result
 
     def specialize(self, value: Any, reason: str = "") -> int:
         """The hint of ``value``, guarded equal to it (code that needs a plain int)."""
@@ -283,35 +311,38 @@ class SymInt:
     def _wrap(self, expr: sympy.Expr) -> int | SymInt:
         return SymInt.of(self.env.simplify(expr), self.env)
 
+    def _op(self, op: str, a: Any, b: Any) -> Any:
+        return self._wrap(self.env.arithmetic(op, _expr(a), _expr(b)))
+
     def __add__(self, other: Any) -> Any:
-        return self._wrap(self.expr + _expr(other)) if _is_int(other) else NotImplemented
+        return self._op("+", self, other) if _is_int(other) else NotImplemented
 
     def __radd__(self, other: Any) -> Any:
-        return self._wrap(_expr(other) + self.expr) if _is_int(other) else NotImplemented
+        return self._op("+", other, self) if _is_int(other) else NotImplemented
 
     def __sub__(self, other: Any) -> Any:
-        return self._wrap(self.expr - _expr(other)) if _is_int(other) else NotImplemented
+        return self._op("-", self, other) if _is_int(other) else NotImplemented
 
     def __rsub__(self, other: Any) -> Any:
-        return self._wrap(_expr(other) - self.expr) if _is_int(other) else NotImplemented
+        return self._op("-", other, self) if _is_int(other) else NotImplemented
 
     def __mul__(self, other: Any) -> Any:
-        return self._wrap(self.expr * _expr(other)) if _is_int(other) else NotImplemented
+        return self._op("*", self, other) if _is_int(other) else NotImplemented
 
     def __rmul__(self, other: Any) -> Any:
-        return self._wrap(_expr(other) * self.expr) if _is_int(other) else NotImplemented
+        return self._op("*", other, self) if _is_int(other) else NotImplemented
 
     def __floordiv__(self, other: Any) -> Any:
-        return self._wrap(floordiv(self.expr, _expr(other), self.env)) if _is_int(other) else NotImplemented
+        return self._op("//", self, other) if _is_int(other) else NotImplemented
 
     def __rfloordiv__(self, other: Any) -> Any:
-        return self._wrap(floordiv(_expr(other), self.expr, self.env)) if _is_int(other) else NotImplemented
+        return self._op("//", other, self) if _is_int(other) else NotImplemented
 
     def __mod__(self, other: Any) -> Any:
-        return self._wrap(sympy.Mod(self.expr, _expr(other))) if _is_int(other) else NotImplemented
+        return self._op("%", self, other) if _is_int(other) else NotImplemented
 
     def __rmod__(self, other: Any) -> Any:
-        return self._wrap(sympy.Mod(_expr(other), self.expr)) if _is_int(other) else NotImplemented
+        return self._op("%", other, self) if _is_int(other) else NotImplemented
 
     def __neg__(self) -> Any:
         return self._wrap(-self.expr)
