@@ -257,7 +257,8 @@ class _Converter:
                 if len(eager_views) < 1 + (stand_in is TensorMeta.to_meta_tensor):
                     originals = {id(v): stand_in(F.original_meta(v.alias)) for v in tensor_args if v.alias}
                     try:
-                        out, given = meta_call(target, args, kwargs, to_meta=lambda v: originals.get(id(v)))
+                        out, given = meta_call(target, args, kwargs, to_meta=lambda v: originals.get(id(v)),
+                                               hint_sizes=stand_in is hint_meta_tensor)
                     except Exception:
                         out, given = None, []
                     eager_views.append((tree_leaves(out), given))

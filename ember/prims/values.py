@@ -18,6 +18,7 @@ import torch
 from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, target_name, tree_leaves, tree_map
 from ember.prims.primitives import Prim
+from ember.symbolic import hint_of, is_symbolic
 
 
 class Value:
@@ -162,12 +163,15 @@ def _device_of(args: tuple, kwargs: dict) -> torch.device:
 
 
 def meta_call(target: Any, args: tuple, kwargs: dict,
-              to_meta: Callable[[Value], torch.Tensor | None] | None = None) -> tuple[Any, list[torch.Tensor]]:
+              to_meta: Callable[[Value], torch.Tensor | None] | None = None,
+              hint_sizes: bool = False) -> tuple[Any, list[torch.Tensor]]:
     """Run the torch callable on meta-device stand-ins of its arguments.
 
     Returns its (meta) result and the meta tensors given for the tensor arguments, in
     tree_leaves order, so callers can see which results are (or share memory with) which
-    argument: eager's aliasing.  `to_meta` may supply a tensor's stand-in (else its meta's)."""
+    argument: eager's aliasing.  `to_meta` may supply a tensor's stand-in (else its meta's).
+    ``hint_sizes``: symbolic sizes among the arguments (reshape(B, T, C)) are given as their
+    hints, for a run at the hints that must not specialise them."""
     given: list[torch.Tensor] = []
 
     def to_meta_tensor(value: Any) -> Any:
@@ -178,6 +182,8 @@ def meta_call(target: Any, args: tuple, kwargs: dict,
             return tensor
         if isinstance(value, Value):
             return (value.pytype or float)(1)
+        if hint_sizes and is_symbolic(value):
+            return hint_of(value)
         return value
 
     meta_args, meta_kwargs = tree_map(to_meta_tensor, args), tree_map(to_meta_tensor, kwargs)

@@ -325,6 +325,15 @@ def view_batch_from_shape(x):   # reads x.shape[0] in Python
     return x.view(x.shape[0], -1) * 2
 
 
+def merge_heads_from_shape(x):   # attention's (B, H, T, D) -> (B, T, H*D): reshape copies in eager
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d) * 2
+
+
+def mk_heads(n, g):
+    return (randn(g, n, 2, 5, 4),)
+
+
 def permute_transpose(x):
     return x.transpose(0, 1).contiguous(), x.sum(2).t() * 2
 
@@ -605,6 +614,7 @@ CASES = [
     Case("pools_hw", pools, mk_pools_hw, [3, 5, 8, 17, 2, 1]),
     Case("reshape_flatten", reshape_flatten, mk_x),
     Case("view_batch_from_shape", view_batch_from_shape, mk_x),
+    Case("merge_heads_from_shape", merge_heads_from_shape, mk_heads),
     Case("permute_transpose", permute_transpose, mk_3d, PAIRS),
     Case("squeeze_unsqueeze", squeeze_unsqueeze, mk_squeeze, PAIRS),
     Case("slice_steps", slice_steps, mk_x, extra_compiles=(
