@@ -106,11 +106,14 @@ class _Lowering:
             name = item.node_name
             loop = self.nodes.get(name)
             if not isinstance(loop, (ir.Pointwise, ir.Reduction)) or name in self.layouts or \
-                    not (name == prefix or name.startswith(prefix)) or tuple(meta.shape) != loop.shape or \
-                    not all(isinstance(st, int) for st in meta.stride):
+                    not (name == prefix or name.startswith(prefix)) or tuple(meta.shape) != loop.shape:
                 continue
             stride = tuple(as_size(st) for st in meta.stride)
-            if stride != ir.contiguous_strides(loop.shape) and is_dense(loop.shape, stride):
+            # eager's strides are taken when plain ints (symbolic ones would need guards to compare);
+            # the channels-last rule below holds at any size (without it, a conv net's activations
+            # were contiguous between channels-last convolutions under dynamic shapes: a copy each)
+            if all(isinstance(st, int) for st in meta.stride) and \
+                    stride != ir.contiguous_strides(loop.shape) and is_dense(loop.shape, stride):
                 self.layouts[name] = stride
             elif self.channels_last and isinstance(loop, ir.Pointwise) and self.reads_channels_last(loop):
                 self.layouts[name] = _channels_last_strides(loop.shape)

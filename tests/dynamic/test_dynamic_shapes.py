@@ -1039,3 +1039,30 @@ def test_recompiles_log_names_the_failing_dynamic_check(capsys):
     assert "dtype" not in lines[1], text
     if "stride" in lines[1]:
         pytest.xfail("a dynamic tensor's dim, shape and stride checks are one guard: a size 1 shows all of them")
+
+
+def test_channels_last_activations_stay_channels_last_with_symbolic_sizes(monkeypatch):
+    """Between channels-last convolutions, elementwise results are allocated channels-last at
+    any size (they were contiguous under dynamic shapes: a layout copy before every conv).  The
+    channels-last policy is CUDA's; the CPU runs it here to read the generated wrapper."""
+    from ember.lower import lowering
+    monkeypatch.setattr(lowering, "CHANNELS_LAST_DEVICES", {"cuda", "cpu"})
+
+    def net(x, w1, w2, w3):
+        y = F.relu(F.conv2d(x, w1, padding=1))
+        y = F.relu(F.conv2d(y, w2, padding=1) + y)
+        return F.conv2d(y, w3, padding=1).sum((2, 3))
+
+    def make(n, g):
+        return randn(g, n, 4, 6, 6), randn(g, 8, 4, 3, 3), randn(g, 8, 8, 3, 3), randn(g, 8, 8, 3, 3)
+
+    copies = {}
+    for dynamic in (False, True):
+        ember.reset()
+        compiled = ember.compile(net, dynamic=dynamic, options={"fallback": "error"})
+        for n in (2, 3):
+            inputs = make(n, torch.Generator().manual_seed(n))
+            torch.testing.assert_close(compiled(*inputs), net(*inputs), rtol=1e-4, atol=1e-4)
+        source = compiled._ember_captured.events[-1].compiled.source
+        copies[dynamic] = source.count("layout copy for an extern")
+    assert copies[True] == copies[False], copies
