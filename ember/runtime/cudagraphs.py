@@ -2,8 +2,8 @@
 
     call = CudaGraphRunner(compiled.call, prim_graph, specs)   # the same calling convention
 
-Per input layout (shapes, strides, dtypes, Python scalars, the addresses of pinned inputs) the
-first call runs the generated wrapper as usual (warm-up: Triton compiles, cuBLAS initialises), the
+Per input layout (the addresses of pinned inputs, Python scalars, the sizes of inputs with
+symbolic sizes; the graph's guards fix the rest) the first call runs the generated wrapper as usual (warm-up: Triton compiles, cuBLAS initialises), the
 second records it into a ``torch.cuda.CUDAGraph`` with its own memory pool, and later calls replay
 it: one launch for the whole graph instead of one per kernel.
 
@@ -46,8 +46,8 @@ MAX_RECORDINGS = 8
 RECORDINGS_PER_LAYOUT = 3
 
 OVERWRITTEN = ("Error: accessing a tensor output of an ember reduce-overhead (CUDA graph) call that a later "
-               "call has overwritten.  Clone the output (out.clone()) before calling the compiled function "
-               "again, or call ember.cudagraph_mark_step_begin() only when earlier outputs are no longer used.")
+               "call has overwritten.  Clone the output (out.clone()) if you need it after the next call "
+               "of the compiled function.")
 
 # calls by how they ran, for tests and benchmarks: "recorded", "replayed", "plain"
 counters: dict[str, int] = {"recorded": 0, "replayed": 0, "plain": 0}
