@@ -557,5 +557,16 @@ def known_multiple(value: Any, factor: int) -> bool:
 
 
 def as_size(value: Any) -> int | SymInt:
-    """A size as the compiler keeps it: an int (from numpy or sympy integers too) or a SymInt."""
-    return value if isinstance(value, SymInt) else int(value)
+    """A size as the compiler keeps it: an int (from numpy or sympy integers too) or a SymInt.
+
+    A SymInt made before one of its symbols was guarded equal to something else (``s1 == 32``:
+    the size was pinned) comes back in terms of the replacement, so that one size never appears
+    as both ``s1`` and ``32`` in one index expression (they would not merge: a copy kernel)."""
+    if isinstance(value, SymInt):
+        env = value.env
+        if env.replacements:
+            simplified = env.simplify(value.expr)
+            if simplified is not value.expr:
+                return SymInt.of(simplified, env)
+        return value
+    return int(value)

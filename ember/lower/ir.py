@@ -182,6 +182,7 @@ class Index:
 
     def __mul__(self, k: int) -> Index:
         assert isinstance(k, (int, SymInt)), "index expressions are affine: multiply by constants only"
+        k = as_size(k)
         return Index(((a, c * k) for a, c in self.terms), self.const * k)
 
     __rmul__ = __mul__
@@ -210,6 +211,7 @@ class Index:
 
     def __floordiv__(self, d: int) -> Index:
         assert isinstance(d, (int, SymInt)) and d > 0
+        d = as_size(d)
         if d == 1:
             return self
         quotient, rest = self._split(d)
@@ -245,6 +247,7 @@ class Index:
 
     def __mod__(self, d: int) -> Index:
         assert isinstance(d, (int, SymInt)) and d > 0
+        d = as_size(d)
         if d == 1:
             return Index()
         _, rest = self._split(d)
