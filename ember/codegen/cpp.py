@@ -6,7 +6,8 @@ Strides and sizes are baked in as constants.  The outer loop nest is
 OpenMP-parallel when the work is large enough; inner loops carry
 ``#pragma omp simd`` so g++ vectorizes them.  bf16/fp16 are stored as
 uint16_t and computed in float (rounded once on store); sums accumulate in
-float (double for float64, int64 for integers); variance is two-pass.
+float (double for float64, int64 for integers); variance is one pass of shifted Welford per
+row (``emit_welford_lanes``; two passes for a reduction over a whole tensor).
 An indirect index is checked (``ember_check_index``): the first out-of-range one
 is recorded in the error record the caller passes as the kernel's last argument
 (``int64_t* ember_error``, one per calling thread) and the host raises eager's
@@ -43,6 +44,14 @@ COLUMN_REDUCTIONS = ("sum", "max", "min", "prod")
 # expf goes lane by lane there (5-12x slower), but is faster in the plain range (1.15 vs 1.9
 # ns/element on a Zen 1 host), so other exps keep it.  False: libmvec's everywhere, for A/B runs.
 INLINE_EXPF = True
+# split each pass over a row across threads when there are too few rows (KernelPrinter.splits_rows).
+# Off: on the loaded 2-core dev VM the split form was slower (3 rows of 4M: sum 48.5 vs 15.5 ms,
+# softmax 281 vs 249 ms, benchmarks/RESULTS.md session 10); not measured on a quiet or larger host
+SPLIT_ROWS = False
+# running (mean, M2) pairs of a one-pass variance in float (KernelPrinter.emit_welford_lanes; half as
+# many in double): 2 AVX2 vectors.  32 were 2x slower (g++ kept them in memory); 0: the two-pass form,
+# for A/B runs
+WELFORD_LANES = 16
 STORAGE_TYPE = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
     torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int32_t",
@@ -224,6 +233,11 @@ class KernelPrinter:
         # pointwise kernels vectorize their innermost (contiguous) outer loop
         simd_last = pointwise_only and outer
         nest = outer[:-1] if simd_last else outer
+        split = parallel and not pointwise_only and self.splits_rows()
+        if split:
+            self.emit(depth, f"// {k.outer_numel} rows for {torch.get_num_threads()} threads: each pass over a row "
+                             "is split over the threads instead")
+            parallel = False
         if nest and parallel:
             collapse = f" collapse({len(nest)})" if len(nest) > 1 else ""
             self.emit(depth, f"#pragma omp parallel for{collapse}{self.parallel_if}")
@@ -242,7 +256,7 @@ class KernelPrinter:
         for position, step in enumerate(k.steps):
             if step.inner:
                 self.current_step = position
-                self.emit_inner_step(step, depth, parallel and not outer)
+                self.emit_inner_step(step, depth, (parallel and not outer) or split)
                 self.current_step = None
             else:
                 self.emit_stores(step, depth)
@@ -250,6 +264,19 @@ class KernelPrinter:
         for _ in range(len(nest) + (1 if simd_last else 0)):
             depth -= 1
             self.emit(depth, "}")
+
+    def splits_rows(self) -> bool:
+        """Are there too few rows to share out to torch.get_num_threads() threads (fewer rows than
+        threads, or the last round of rows leaving over a fifth of the threads' time idle: 3 rows on
+        2 threads), and are they long?  Then the rows run one after another and each pass over a
+        row is an OpenMP loop of its own (a reduction combining the threads' partials; the order
+        of the additions changes with the thread count, as in a kernel without outer rows)."""
+        k = self.kernel
+        threads = torch.get_num_threads()
+        rows, inner = hint_of(k.outer_numel), hint_of(k.inner_numel)
+        if not SPLIT_ROWS or not k.outer_vars or threads < 2 or inner < PARALLEL_THRESHOLD or self.row_cache.arrays:
+            return False
+        return rows >= 1 and -(-rows // threads) * threads > 1.25 * rows
 
     # ---------------------------------------------------------- inner loops
     def emit_inner_step(self, step: LoopStep, depth: int, parallel_reduce: bool) -> None:
@@ -266,6 +293,15 @@ class KernelPrinter:
             accumulators.append((red, acc))
             if clause:
                 clauses.append(clause)
+        # a heuristic only (any answer is correct): symbolic sizes decide it at their hints.  A
+        # variance over a whole tensor (no outer rows) keeps the two-pass form, whose OpenMP
+        # reduction clauses split it over threads
+        parallel_inner = parallel_reduce and (not step.stores or bool(k.outer_vars)) and \
+            hint_of(k.inner_numel) >= PARALLEL_THRESHOLD
+        if welford_groups and not accumulators and WELFORD_LANES and not parallel_inner:
+            self.emit_row_invariants(step, depth)
+            self.emit_welford_lanes(step, welford_groups, depth)
+            return
         welford_sums = {}
         for body, group in welford_groups.items():
             name = f"{group[0].name}_sum"
@@ -276,8 +312,6 @@ class KernelPrinter:
         simd_ok = not has_arg and all(r.reduction_type in ("sum", "max", "min", "prod") or
                                       r.reduction_type.startswith("welford") for r in reductions)
         reduction_clause = (" reduction(" + ") reduction(".join(clauses) + ")") if clauses else ""
-        # a heuristic only (any answer is correct): symbolic sizes decide it at their hints
-        parallel_inner = parallel_reduce and not step.stores and hint_of(k.inner_numel) >= PARALLEL_THRESHOLD
         self.emit_row_invariants(step, depth)
         depth = self.open_inner_loops(depth, reduction_clause if simd_ok else None, parallel_inner and simd_ok)
         self.scopes.append({})
@@ -668,6 +702,114 @@ class KernelPrinter:
                 return f"static_cast<int64_t>({self.expr(a.value, depth)})"
             raise TypeError(a)
         return idx.render(atom)
+
+
+    def emit_welford_lanes(self, step: LoopStep, groups: dict[Expr, list[KernelReduction]], depth: int) -> None:
+        """Mean and variance in one pass over the row (Welford), vectorized by keeping
+        WELFORD_LANES running (mean, M2) pairs: lane j takes element j of each block of LANES along
+        the innermost var, so all lanes have the same count and one reciprocal a block serves them
+        all.  Values enter shifted by the row's first one (see the prelude's ember_welford);
+        elements past the last whole block go to a scalar Welford (``tail``), and
+        ``ember_welford_lanes`` combines lanes and tail (Chan et al.).  The two-pass form read the
+        row (and computed its body) twice, and in float its variance of values near 1e4 with a
+        standard deviation of 1e-2 was 1e-2 off where this one is 1e-7 (tests/codegen/test_cpu_welford.py)."""
+        k = self.kernel
+        *nest, last = k.inner_vars
+        size = last.size
+        block, lane, blocks = f"{last.name}_block", f"{last.name}_lane", f"{last.name}_blocks"
+        acc_types = {body: _accumulator_type(group[0].dtype) for body, group in groups.items()}
+        lanes = WELFORD_LANES * 4 // max(4, *(8 if t == "double" else 4 for t in acc_types.values()))
+        n = max(k.inner_numel, 0)
+        # the shift: each body at the row's first element (none in an empty row)
+        for body, group in groups.items():
+            self.emit(depth, f"{acc_types[body]} {group[0].name}_shift = 0;")
+        self.emit(depth, f"if ({n} > 0) {{" if is_symbolic(n) or n == 0 else "{")
+        self.scopes.append({})
+        for var in k.inner_vars:
+            self.emit(depth + 1, f"const int64_t {var.name} = 0;")
+        for body, group in groups.items():
+            self.emit(depth + 1, f"{group[0].name}_shift = {self.expr(body, depth + 1)};")
+        self.scopes.pop()
+        self.emit(depth, "}")
+        self.emit(depth, f"// Welford: {lanes} lanes, each a running mean and M2 of one element of every block of {lanes}")
+        for body, group in groups.items():
+            base, acc_type = group[0].name, acc_types[body]
+            for part in ("mean", "m2"):
+                self.emit(depth, f"alignas(64) {acc_type} {base}_lane_{part}[{lanes}] = {{}};")
+            self.emit(depth, f"ember_welford<{acc_type}> {base}_tail;")
+        self.emit(depth, f"int64_t {blocks} = 0;")
+        # the lanes' loop: whole blocks
+        depth = self.open_loops(nest, depth)
+        self.emit(depth, f"for (int64_t {block} = 0; {block} + {lanes} <= {size}; {block} += {lanes}) {{")
+        depth += 1
+        self.emit(depth, f"++{blocks};")
+        for acc_type in sorted(set(acc_types.values())):   # 1 / the lanes' count: one division a block
+            self.emit(depth, f"const {acc_type} {blocks}_{acc_type}_weight = {acc_type}(1) / {acc_type}({blocks});")
+        self.emit(depth, "#pragma omp simd")
+        self.emit(depth, f"for (int64_t {lane} = 0; {lane} < {lanes}; ++{lane}) {{")
+        self.emit(depth + 1, f"const int64_t {last.name} = {block} + {lane};")
+        self.emit_welford_body(step, groups, depth + 1, lambda body, value, d: self.welford_update(
+            groups[body][0].name, acc_types[body], value, f"{blocks}_{acc_types[body]}_weight", f"[{lane}]", d))
+        self.emit(depth, "}")
+        depth -= 1
+        self.emit(depth, "}")
+        depth = self.close_loops(nest, depth)
+        # the tail: elements past the last whole block of each innermost run
+        static_tail = None if is_symbolic(size) else size % lanes
+        if static_tail != 0:
+            start = f"{size - static_tail}" if static_tail is not None else f"({size}) - ({size}) % {lanes}"
+            depth = self.open_loops(nest, depth)
+            self.emit(depth, f"for (int64_t {last.name} = {start}; {last.name} < {size}; ++{last.name}) {{")
+            self.emit_welford_body(step, groups, depth + 1, lambda body, value, d: self.emit(
+                d, f"ember_welford_add({groups[body][0].name}_tail, {value} - {groups[body][0].name}_shift);"))
+            self.emit(depth, "}")
+            depth = self.close_loops(nest, depth)
+        for body, group in groups.items():
+            base, acc_type = group[0].name, acc_types[body]
+            self.emit(depth, f"const ember_welford<{acc_type}> {base}_all = ember_welford_lanes<{lanes}>("
+                             f"{base}_lane_mean, {base}_lane_m2, {blocks}, {base}_tail, {base}_shift);")
+            for red in group:
+                if red.reduction_type == "welford_mean":
+                    result = f"{base}_all.mean"
+                else:
+                    if is_symbolic(n):
+                        denom = f"ember::max<{acc_type}>({acc_type}({n}) - {red.correction!r}, 0)"
+                    else:
+                        denom = f"{acc_type}({max(n - red.correction, 0)!r})"
+                    result = f"{base}_all.m2 / {denom}"
+                self.emit(depth, f"const {compute_type(red.dtype)} {red.name}_val = {_register_value(result, red.dtype)};")
+                self.registers[red.name] = f"{red.name}_val"
+
+    def emit_welford_body(self, step: LoopStep, groups: dict[Expr, list[KernelReduction]], depth: int,
+                          update) -> None:
+        """One element of a Welford pass: each group's update, the step's stores and row arrays."""
+        self.scopes.append({})
+        for body in groups:
+            update(body, self.expr(body, depth), depth)
+        for store in step.stores:
+            self.emit_store(store.buffer, store.index, store.body, depth)
+        for node, array in self.row_cache.stored_by.get(self.current_step, []):
+            self.emit(depth, f"{array}[{self.row_position()}] = {self.lookup(node)};")
+        self.scopes.pop()
+
+    def welford_update(self, base: str, acc_type: str, value: str, weight: str, lane: str, depth: int) -> None:
+        mean, m2 = f"{base}_lane_mean{lane}", f"{base}_lane_m2{lane}"
+        self.emit(depth, f"const {acc_type} {base}_shifted = {value} - {base}_shift;")
+        self.emit(depth, f"const {acc_type} {base}_delta = {base}_shifted - {mean};")
+        self.emit(depth, f"{mean} += {base}_delta * {weight};")
+        self.emit(depth, f"{m2} += {base}_delta * ({base}_shifted - {mean});")
+
+    def open_loops(self, variables: list[ir.Var], depth: int) -> int:
+        for var in variables:
+            self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
+            depth += 1
+        return depth
+
+    def close_loops(self, variables: list[ir.Var], depth: int) -> int:
+        for _ in variables:
+            depth -= 1
+            self.emit(depth, "}")
+        return depth
 
 
 # ============================================================ scalar printing

@@ -191,6 +191,46 @@ static inline float ember_expf(float x) {
 template <typename T> static inline T ember_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> static inline T ember_min(T a, T b) { return (a != a || a < b) ? a : b; }
 
+// ---- Welford's mean and M2 (sum of squared deviations) in one pass ----------
+// A row kernel (KernelPrinter.emit_welford_lanes) keeps one running (mean, M2) per vector lane
+// (lane j: elements j, j + LANES, ... of the row, so all lanes have the same count), the elements
+// past the last whole block in a scalar one (``tail``), and combines them after the loop with
+// Chan et al.'s formula.  Each value enters shifted by the row's first one: in float, Welford's
+// mean of values near 1e4 absorbs rounding errors of 1e-3 (a variance 4e-2 off for a standard
+// deviation of 1e-2); shifted, the values are near 0.  A row holding inf has mean and variance
+// NaN, as eager's var_mean (which is Welford's too).
+template <typename T> struct ember_welford { T mean = 0; T m2 = 0; int64_t n = 0; };
+template <typename T> static inline void ember_welford_add(ember_welford<T>& w, T shifted) {
+  w.n += 1;
+  const T delta = shifted - w.mean;
+  w.mean += delta / T(w.n);
+  w.m2 += delta * (shifted - w.mean);
+}
+template <typename T> static inline ember_welford<T> ember_welford_merge(ember_welford<T> a, ember_welford<T> b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const int64_t n = a.n + b.n;
+  const T delta = b.mean - a.mean, weight = T(b.n) / T(n);
+  return {a.mean + delta * weight, a.m2 + b.m2 + delta * delta * T(a.n) * weight, n};
+}
+// lanes and tail -> (mean, M2, n) of the row, the mean unshifted
+template <int LANES, typename T>
+static inline ember_welford<T> ember_welford_lanes(const T* mean, const T* m2, int64_t per_lane,
+                                                   ember_welford<T> tail, T shift) {
+  ember_welford<T> all;
+  if (per_lane > 0) {
+    T spread = 0;
+    for (int i = 0; i < LANES; ++i) { all.mean += mean[i]; all.m2 += m2[i]; }
+    all.mean /= T(LANES);
+    for (int i = 0; i < LANES; ++i) spread += (mean[i] - all.mean) * (mean[i] - all.mean);
+    all.m2 += spread * T(per_lane);
+    all.n = per_lane * LANES;
+  }
+  all = ember_welford_merge(all, tail);
+  all.mean = all.n > 0 ? all.mean + shift : static_cast<T>(NAN);   // an empty row: NaN, as eager
+  return all;
+}
+
 // ---- Python/torch division semantics ---------------------------------------
 template <typename T> static inline T ember_floordiv_int(T a, T b) {
   if (b == 0) return 0;  // torch raises; a kernel must not crash the process
