@@ -716,7 +716,10 @@ class KernelPrinter:
         k = self.kernel
         *nest, last = k.inner_vars
         size = last.size
-        block, lane, blocks = f"{last.name}_block", f"{last.name}_lane", f"{last.name}_blocks"
+        # the count of whole blocks is named after this pass's first reduction: a kernel may hold
+        # several Welford passes over the same var in one scope
+        first = next(iter(groups.values()))[0].name
+        block, lane, blocks = f"{last.name}_block", f"{last.name}_lane", f"{first}_blocks"
         acc_types = {body: _accumulator_type(group[0].dtype) for body, group in groups.items()}
         lanes = WELFORD_LANES * 4 // max(4, *(8 if t == "double" else 4 for t in acc_types.values()))
         n = max(k.inner_numel, 0)
