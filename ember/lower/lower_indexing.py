@@ -22,6 +22,7 @@ import torch
 from ember.graph import Node
 from ember.lower import ir
 from ember.lower.ir import Const, Expr, Index, IndexValue, Op
+from ember.prims.meta import broadcast_shapes
 from ember.symbolic import is_symbolic
 
 
@@ -203,7 +204,7 @@ def _index(self, node: Node, x: Any, indices: Any) -> Any:
     indexed = [d for d, t in enumerate(indices) if t is not None]
     if not indexed or any(not isinstance(indices[d], TensorValue) for d in indexed):
         return self.lower_extern(node)
-    broadcast = tuple(torch.broadcast_shapes(*(indices[d].shape for d in indexed)))
+    broadcast = broadcast_shapes(*(indices[d].shape for d in indexed))   # symbolic sizes stay symbols
     adjacent = indexed == list(range(indexed[0], indexed[-1] + 1))
     first = indexed[0] if adjacent else 0
     kept = [d for d in range(len(x.shape)) if indices[d] is None]

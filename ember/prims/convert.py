@@ -25,8 +25,8 @@ from ember.prims.extern_shapes import hint_meta_tensor, symbolic_output_meta
 from ember.prims import primitives
 from ember.prims.primitives import Prim
 from ember.prims.registry import lookup
-from ember.prims.values import (Emitter, Value, _meta_of, building, concrete_meta_tensor, emit, emit_with_meta,
-                                is_tensor, meta_call, metas_of)
+from ember.prims.values import (Emitter, Value, _meta_of, building, concrete_int, concrete_meta_tensor, concrete_numbers,
+                                emit, emit_with_meta, is_tensor, meta_call, metas_of)
 
 
 P_detach = primitives.detach
@@ -258,7 +258,7 @@ class _Converter:
                     originals = {id(v): stand_in(F.original_meta(v.alias)) for v in tensor_args if v.alias}
                     try:
                         out, given = meta_call(target, args, kwargs, to_meta=lambda v: originals.get(id(v)),
-                                               hint_sizes=stand_in is hint_meta_tensor)
+                                               size_value=hint_of if stand_in is hint_meta_tensor else None)
                     except Exception:
                         out, given = None, []
                     eager_views.append((tree_leaves(out), given))
@@ -612,9 +612,14 @@ def _eager_alias_kinds(target: Any, args: tuple, kwargs: dict, result: Any) -> d
     device = tensor_args[0].device if tensor_args else None
     # x.to(x.device) is x itself: ask the meta device with the tensors' own device read as "meta"
     as_meta = lambda v: torch.device("meta") if _names_device(v, device) else v  # noqa: E731
+    # symbolic sizes: one number per symbol across the tensors and the size arguments (expand(B, ...))
+    layouts = {id(v): _eager_layout(v) for v in tensor_args}
+    numbers = concrete_numbers([*(s for m in layouts.values() for s in (*m.shape, *m.stride, m.storage_offset)),
+                                *tree_leaves((args, kwargs))])
     try:
         out, arg_tensors = meta_call(target, tree_map(as_meta, args), tree_map(as_meta, kwargs),
-                                     to_meta=lambda v: concrete_meta_tensor(_eager_layout(v)))
+                                     to_meta=lambda v: concrete_meta_tensor(layouts[id(v)], numbers),
+                                     size_value=lambda size: concrete_int(size, numbers))
     except Exception:
         return {}
     results, eager = tree_leaves(result), tree_leaves(out)

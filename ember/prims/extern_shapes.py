@@ -116,6 +116,22 @@ def _adaptive_pool(spatial: int) -> Callable[..., Shape | None]:
     return rule
 
 
+def _diff(x: TensorMeta, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Shape | None:
+    """torch.diff: the dim grows by what is prepended and appended, and shrinks by n."""
+    if x.ndim == 0 or not isinstance(n, int) or n < 0:
+        return None
+    dim = dim % x.ndim
+    size = x.shape[dim]
+    for extra in (prepend, append):
+        if isinstance(extra, TensorMeta):
+            if extra.ndim != x.ndim:
+                return None
+            size = size + extra.shape[dim]
+        elif extra is not None:      # a Python number: one element
+            size = size + 1
+    return tuple(x.shape[:dim]) + (size - n if n > 0 else size,) + tuple(x.shape[dim + 1:])
+
+
 def _per_dim(value: Any, count: int) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * count
 
@@ -133,6 +149,7 @@ RULES: dict[Any, Callable[..., Shape | None]] = {
     F.avg_pool1d: _avg_pool(1), F.avg_pool2d: _avg_pool(2), F.avg_pool3d: _avg_pool(3),
     F.adaptive_avg_pool1d: _adaptive_pool(1), F.adaptive_avg_pool2d: _adaptive_pool(2),
     F.adaptive_avg_pool3d: _adaptive_pool(3),
+    torch.diff: _diff,
 }
 
 

@@ -164,14 +164,15 @@ def _device_of(args: tuple, kwargs: dict) -> torch.device:
 
 def meta_call(target: Any, args: tuple, kwargs: dict,
               to_meta: Callable[[Value], torch.Tensor | None] | None = None,
-              hint_sizes: bool = False) -> tuple[Any, list[torch.Tensor]]:
+              size_value: Callable[[Any], int] | None = None) -> tuple[Any, list[torch.Tensor]]:
     """Run the torch callable on meta-device stand-ins of its arguments.
 
     Returns its (meta) result and the meta tensors given for the tensor arguments, in
     tree_leaves order, so callers can see which results are (or share memory with) which
     argument: eager's aliasing.  `to_meta` may supply a tensor's stand-in (else its meta's).
-    ``hint_sizes``: symbolic sizes among the arguments (reshape(B, T, C)) are given as their
-    hints, for a run at the hints that must not specialise them."""
+    ``size_value`` gives symbolic sizes among the arguments (reshape(B, T, C)) as the numbers
+    the stand-ins were made with (``hint_of``, or ``concrete_int``), so that the run does not
+    specialise them."""
     given: list[torch.Tensor] = []
 
     def to_meta_tensor(value: Any) -> Any:
@@ -182,8 +183,8 @@ def meta_call(target: Any, args: tuple, kwargs: dict,
             return tensor
         if isinstance(value, Value):
             return (value.pytype or float)(1)
-        if hint_sizes and is_symbolic(value):
-            return hint_of(value)
+        if size_value is not None and is_symbolic(value):
+            return size_value(value)
         return value
 
     meta_args, meta_kwargs = tree_map(to_meta_tensor, args), tree_map(to_meta_tensor, kwargs)
@@ -215,15 +216,29 @@ def _as_device_kernels_return(target: Any, args: tuple, kwargs: dict, out: Any) 
     return (out[0], *empty, *out[3:])
 
 
-def concrete_meta_tensor(meta: TensorMeta) -> torch.Tensor:
-    """A meta-device stand-in with symbolic sizes replaced by distinct numbers (>= 7, so no size
-    is 0 or 1): enough to ask eager whether an op returns its input, a view of it, or a copy."""
+def concrete_numbers(sizes: Any) -> dict[Any, int]:
+    """Distinct numbers (>= 7, so no size is 0 or 1) for the size symbols in ``sizes``: enough to
+    ask eager whether an op returns its input, a view of it, or a copy."""
+    symbols = sorted({s for v in sizes if is_symbolic(v) for s in _sympy(v).free_symbols}, key=str)
+    return {s: 7 + 4 * k for k, s in enumerate(symbols)}
+
+
+def concrete_int(size: Any, numbers: dict[Any, int]) -> int:
+    return size if isinstance(size, int) else int(_sympy(size).subs(numbers))
+
+
+def _sympy(size: Any) -> Any:
+    return getattr(size, "expr", size)      # a SymInt's expression, or one already
+
+
+def concrete_meta_tensor(meta: TensorMeta, numbers: dict[Any, int] | None = None) -> torch.Tensor:
+    """A meta-device stand-in with symbolic sizes replaced by ``numbers`` (by default
+    ``concrete_numbers`` of its own sizes)."""
     values = [*meta.shape, *meta.stride, meta.storage_offset]
-    symbols = sorted({s for v in values if not isinstance(v, int) for s in v.free_symbols}, key=str)
-    if not symbols:
+    if not any(is_symbolic(v) for v in values):
         return meta.to_meta_tensor()
-    numbers = {s: 7 + 4 * k for k, s in enumerate(symbols)}
-    as_int = lambda v: v if isinstance(v, int) else int(v.subs(numbers))  # noqa: E731
+    numbers = concrete_numbers(values) if numbers is None else numbers
+    as_int = lambda v: concrete_int(v, numbers)  # noqa: E731
     return torch.empty(0, dtype=meta.dtype, device="meta").as_strided(
         [as_int(v) for v in meta.shape], [as_int(v) for v in meta.stride], as_int(meta.storage_offset))
 

@@ -334,6 +334,31 @@ def mk_heads(n, g):
     return (randn(g, n, 2, 5, 4),)
 
 
+# sizes that transformers' code passes back into ops (each pinned the size before) --------------
+def arange_positions(x):           # position ids: arange of a symbolic length
+    return x + torch.arange(x.shape[1]), torch.arange(1, x.shape[0] + 1) * 2
+
+
+def diff_prepend(x):               # the packed-sequence check: diff with a prepended column
+    return torch.diff(x, prepend=x[:, :1], dim=-1) * 2
+
+
+def expand_from_shape(x, w):       # w.expand(B, -1): a view of w in eager
+    return x + w.expand(x.shape[0], -1)
+
+
+def mk_row_and_vector(n, g):
+    return randn(g, n, 4), randn(g, 1, 4)
+
+
+def index_with_tensors(x, i, j):   # advanced indexing whose index shape is symbolic
+    return x[i, j] * 2
+
+
+def mk_index_pair(n, g):
+    return randn(g, max(n, 1), 5), randint(g, 0, max(n, 1), n), randint(g, 0, 5, n)
+
+
 def permute_transpose(x):
     return x.transpose(0, 1).contiguous(), x.sum(2).t() * 2
 
@@ -583,8 +608,6 @@ def mk_pad(n, g):
 
 
 CONV_PINS = "conv pins the dynamic batch/H/W (graph.py to_meta_tensor): a compile per size"
-INDEX_PINS = "a dynamic number of indices is pinned (torch functional.py broadcast_shapes): a compile per size"
-BOUNDS_PINS = "an index into a dynamic dim pins that dim (the bounds check, cpp.py _literal): a compile per size"
 
 CASES = [
     Case("pointwise_bias", pointwise_bias, mk_x_bias),
@@ -615,6 +638,10 @@ CASES = [
     Case("reshape_flatten", reshape_flatten, mk_x),
     Case("view_batch_from_shape", view_batch_from_shape, mk_x),
     Case("merge_heads_from_shape", merge_heads_from_shape, mk_heads),
+    Case("arange_positions", arange_positions, mk_matrix, PAIRS),
+    Case("diff_prepend", diff_prepend, mk_matrix, PAIRS),
+    Case("expand_from_shape", expand_from_shape, mk_row_and_vector),
+    Case("index_with_tensors", index_with_tensors, mk_index_pair),
     Case("permute_transpose", permute_transpose, mk_3d, PAIRS),
     Case("squeeze_unsqueeze", squeeze_unsqueeze, mk_squeeze, PAIRS),
     Case("slice_steps", slice_steps, mk_x, extra_compiles=(
@@ -632,10 +659,9 @@ CASES = [
     Case("gather", gather, mk_gather),
     Case("gather_dynamic_dim", gather_dynamic_dim, mk_gather_dynamic_dim, SIZES_NO_ZERO),
     Case("index_select_static_dim", index_select_static_dim, mk_x),
-    Case("index_select", index_select, mk_index_select, extra_compiles=INDEX_PINS),
-    Case("index_dynamic_table", index_dynamic_table, mk_index_dynamic_table, PAIRS_NO_ZERO,
-         extra_compiles=BOUNDS_PINS),
-    Case("embedding", embedding, mk_embedding, PAIRS, extra_compiles=INDEX_PINS),
+    Case("index_select", index_select, mk_index_select),
+    Case("index_dynamic_table", index_dynamic_table, mk_index_dynamic_table, PAIRS_NO_ZERO),
+    Case("embedding", embedding, mk_embedding, PAIRS),
     Case("cumsum", cumsum, mk_cumsum, PAIRS),
     Case("add_inplace", add_inplace, mk_x),
     Case("setitem", setitem, mk_x),

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ember.prims import ops
+from ember.symbolic import is_symbolic
 from ember.prims.registry import register
 from ember.prims.type_promotion import default_dtype_for_category, scalar_category
 from ember.prims.values import Value, is_tensor
@@ -92,7 +93,7 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: torch.dtype | N
     if dtype is None:
         floating = any(isinstance(v, float) for v in (start, end, step))
         dtype = torch.get_default_dtype() if floating else torch.int64
-    if all(isinstance(v, int) for v in (start, end, step)):
+    if all(isinstance(v, int) or is_symbolic(v) for v in (start, end, step)):    # a size: arange(T)
         length = max(0, -(-(end - start) // step))
     else:
         length = max(0, math.ceil((end - start) / step))
