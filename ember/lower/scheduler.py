@@ -32,7 +32,7 @@ import torch
 from ember.graph import is_dense
 from ember.graph import tree_leaves as _tree_leaves
 from ember.lower import ir
-from ember.symbolic import hint_of
+from ember.symbolic import hint_of, known_equal
 from ember.lower.ir import Expr, Index, Load, Var
 
 
@@ -330,22 +330,24 @@ class _Scheduler:
         return bool(big) and any(m in big or self._deps(m) & big for m in group.members)
 
     def _fits(self, group: _Group, node: ir.LoopNode, deps: set[str], where: dict[str, int], pos: int) -> bool:
+        # shapes are compared as provably equal (known_equal): a fusion decision never adds a guard
         outer, inner = group.outer, group.inner
         if isinstance(node, ir.Reduction):
             if not inner:
                 # a pointwise-only kernel can become a reduction kernel when its stores split exactly
-                if any(self.nodes[m].shape not in (node.shape + node.reduction_shape, node.shape)
-                       for m in group.members):
+                if any(not _same_shape(self.nodes[m].shape, node.shape + node.reduction_shape) and
+                       not _same_shape(self.nodes[m].shape, node.shape) for m in group.members):
                     return False
-                if node.shape + node.reduction_shape != outer and node.shape != outer:
+                if not _same_shape(node.shape + node.reduction_shape, outer) and not _same_shape(node.shape, outer):
                     return False
                 new_outer, new_inner = node.shape, node.reduction_shape
-            elif not (node.shape == outer and node.reduction_shape == inner):
+            elif not (_same_shape(node.shape, outer) and _same_shape(node.reduction_shape, inner)):
                 return False
             else:
                 new_outer, new_inner = outer, inner
         else:
-            if node.shape == outer or (inner and node.shape == outer + inner) or not inner and math.prod(node.shape) == math.prod(outer) and len(node.shape) and \
+            if _same_shape(node.shape, outer) or (inner and _same_shape(node.shape, outer + inner)) or \
+                    not inner and known_equal(math.prod(node.shape), math.prod(outer)) and len(node.shape) and \
                     all(not isinstance(self.nodes[m], ir.Reduction) for m in group.members) and \
                     len(group.members) and self._flat_compatible(node.shape, outer):
                 new_outer, new_inner = outer, inner
@@ -697,3 +699,7 @@ def describe(sched: Schedule) -> str:
                          f"{[v.size for v in step.inner_vars]} {passes} writes {step.writes}")
     return "\n".join(lines)
 
+
+def _same_shape(a: tuple, b: tuple) -> bool:
+    """Provably the same shape at every size (plain ints: equal)."""
+    return len(a) == len(b) and all(known_equal(x, y) for x, y in zip(a, b))

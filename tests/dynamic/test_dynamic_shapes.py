@@ -986,8 +986,7 @@ def test_square_matrix_does_not_recompile():
     sizes = [(3, 5), (5, 3), (8, 17), (9, 9)]
     counts: list[int] = []
     run_sizes(sum_mean, mk_matrix, sizes, counts=counts)
-    check_count(automatic_dynamic_count_error(sizes, counts), (
-        "fusion checks (scheduler.py _fits) guard s0 != s1 for reductions over the two dims: n == m recompiles"))
+    check_count(automatic_dynamic_count_error(sizes, counts), None)
 
 
 def test_long_rows_do_not_recompile():
