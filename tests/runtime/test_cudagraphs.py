@@ -237,6 +237,7 @@ def test_random_ops_differ_between_calls():
     compiled = ro(lambda x: torch.nn.functional.dropout(x, 0.5, training=True))
     x = torch.ones(4096, device=DEV)
     masks = [(compiled(x) != 0).clone() for _ in range(5)]
+    assert cudagraphs.counters["replayed"] == 4     # calls 2-5: the masks come from replays
     assert not torch.equal(masks[-1], masks[-2])
     for mask in masks:
         assert 0.4 < mask.float().mean().item() < 0.6
