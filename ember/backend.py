@@ -115,9 +115,9 @@ def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOpt
     return compiled
 
 
-# Externs whose CUDA graphs with symbolic sizes are not validated: the public zoo's conv nets
-# (resnet50, mobilenet_v3) hit an illegal memory access on the H100 with dynamic=True (2026-11-23,
-# not yet understood); such graphs compile with static sizes until it is.
+# Externs whose CUDA graphs compile with static sizes under dynamic shapes when
+# EMBER_DYNAMIC_CONV_CUDA=0 (session 8's illegal memory access with symbolic conv nets was gone in
+# session 9; the knob stays for A/B runs).
 _STATIC_ON_CUDA = ("conv", "pool")
 
 

@@ -27,6 +27,7 @@ split_reductions: bool = os.environ.get("EMBER_SPLIT_REDUCTIONS", "1") != "0"
 # compiled one kernel at a time); EMBER_COMPILE_PROCESSES=0 compiles in threads of this process
 compile_processes: int = int(os.environ.get("EMBER_COMPILE_PROCESSES", str(min(16, os.cpu_count() or 1))))
 
-# symbolic sizes in CUDA graphs with convolution/pooling externs: off until the illegal memory
-# access seen with resnet50 (2026-11-23) is understood; EMBER_DYNAMIC_CONV_CUDA=1 allows them (debugging)
-dynamic_conv_cuda: bool = os.environ.get("EMBER_DYNAMIC_CONV_CUDA", "0") == "1"
+# symbolic sizes in CUDA graphs with convolution/pooling externs (on since the H100 zoo of session 11:
+# resnet50 2.28x and mobilenet_v3 1.86x over eager with them, 1.77x and 1.23x compiled static);
+# EMBER_DYNAMIC_CONV_CUDA=0 compiles such graphs with static sizes under dynamic shapes (A/B runs)
+dynamic_conv_cuda: bool = os.environ.get("EMBER_DYNAMIC_CONV_CUDA", "1") != "0"

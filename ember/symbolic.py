@@ -101,8 +101,10 @@ class ShapeEnv:
 
     # ---------------------------------------------------------------- decisions
     def statically_known(self, lhs: Any, op: str, rhs: Any = 0) -> bool | None:
-        """True/False when the ranges decide ``lhs op rhs`` for every size, else None."""
-        key = (_expr(lhs), op, _expr(rhs))
+        """True/False when the ranges decide ``lhs op rhs`` for every size this compile serves,
+        else None.  Sizes are read through the replacements: a symbol guarded equal to 1024 is
+        1024 here, though a shape made before that guard still names the symbol."""
+        key = (self.simplify(_expr(lhs)), op, self.simplify(_expr(rhs)))
         try:
             return self._known[key]
         except KeyError:

@@ -56,6 +56,7 @@ PERSISTENT_LIMIT = 8192        # largest reduced size kept in one block (registe
 POINTWISE_BLOCK = 1024
 LOOPED_RBLOCK = 2048
 REDUCTION_ELEMENTS = 4096      # target XBLOCK * RBLOCK for persistent reductions of short rows
+SYMBOLIC_ROW_BUCKET = 1024     # the shortest persistent block for rows of symbolic length
 
 
 def _pow2(n: int) -> int:
@@ -106,13 +107,16 @@ def choose_config(kernel: FusedKernel, buffers: dict[str, BufferPlan], index_typ
         return KernelConfig("pointwise", max(block, 16), 1, max(1, min(warps, max(block // 128, 1))), index_type)
     limit = TUNING.get("persistent_limit", PERSISTENT_LIMIT)
     if is_symbolic(rnumel):
-        # rows of any length: a persistent block as long as the limit (guarded: longer rows
-        # recompile, looped), or a looped kernel when rows are long already
-        if not inner_contiguous or hint_of(rnumel) > limit or not rnumel <= limit:
+        # rows of any length in a size range: a persistent block for rows up to the bucket of
+        # the typical row (1024, 2048, ... up to the limit; guarded: a longer row recompiles
+        # with the next bucket), or a looped kernel when rows are long already.  One block as
+        # long as the limit for every row made a 512-long softmax row do 16x its work.
+        bucket = min(_pow2(limit), max(SYMBOLIC_ROW_BUCKET, _pow2(hint_of(rnumel))))
+        if not inner_contiguous or hint_of(rnumel) > limit or not rnumel <= bucket:
             rblock = 64 if not inner_contiguous else TUNING.get("looped_rblock", LOOPED_RBLOCK)
             xblock = 64 if not inner_contiguous else 1
             return KernelConfig("looped", xblock, rblock, 8 if xblock * rblock >= 2048 else 4, index_type)
-        rblock = _pow2(limit)
+        rblock = bucket
         xblock = max(1, min(_pow2(xnumel), TUNING.get("reduction_elements", REDUCTION_ELEMENTS) // rblock, 64))
         return KernelConfig("persistent", xblock, rblock, 4 if xblock * rblock <= 2048 else 8, index_type)
     if not inner_contiguous:
