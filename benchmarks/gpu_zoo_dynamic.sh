@@ -23,6 +23,8 @@ suite() {  # state, then environment assignments
 suite $ROOT/static ZOO_DYNAMIC=false
 suite $ROOT/dynamic ZOO_DYNAMIC=true
 [ "${ZOO_CONV_AB:-0}" = 1 ] && suite $ROOT/dynamic_conv_static ZOO_DYNAMIC=true EMBER_DYNAMIC_CONV_CUDA=0 ZOO_MODELS=$CONV_MODELS
+# the decode loop of the must-show (a KV cache growing one token per step), after the suites
+(cd "$HERE/.." && PYTHONPATH=. "\${PYTHON:-python3}" benchmarks/decode_loop.py --device cuda --dtype bfloat16) > "$ROOT/decode.txt" 2>&1
 touch "$ROOT/done"
 SH
     setsid nohup bash "$ROOT/pair.sh" > "$ROOT/pair.log" 2>&1 < /dev/null &
@@ -36,6 +38,7 @@ collect)
         echo "################ $s"
         ZOO_STATE="$ROOT/$s" OUT="${OUT:-/tmp}/$s" bash "$HERE/gpu_zoo.sh" collect 0 | sed -n '/= report/,$p'
     done
+    [ -f "$ROOT/decode.txt" ] && { echo "################ decode loop"; tail -n 20 "$ROOT/decode.txt"; }
     [ -f "$ROOT/done" ] && echo "ALL DONE" || echo "RUNNING: collect again within 30 s"
     ;;
 *) sed -n '2,7p' "$0"; exit 2 ;;
