@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -244,11 +245,24 @@ def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], option
                               for o in prim_graph.outputs]
     param_names = [p.name for p in prim_graph.placeholders]
     wrapper_source, globals_ = generate_wrapper(sched, param_names, launchers, extra, device.type)
+    _check_sizes_readable(wrapper_source, extra["_size_symbols"], param_names)
     call = compile_wrapper(wrapper_source, globals_)
     source = f"# ---- wrapper\n{wrapper_source}\n# ---- kernels\n{kernel_source}"
     if enabled("output_code"):
         log("output_code", source)
     return CompiledGraph(call, "kernels", source, len(sched.kernels), len(sched.externs), sched)
+
+
+def _check_sizes_readable(wrapper_source: str, readable: dict, param_names: list[str]) -> None:
+    """Every size symbol the wrapper uses must be read from an input's shape: a backward graph
+    whose inputs hold a symbol only inside a product (``s0*s1``) cannot compute ``s0``."""
+    missing = sorted(set(SIZE_SYMBOL.findall(wrapper_source)) - set(readable) - set(param_names))
+    if missing:
+        raise CompileError(f"size symbol(s) {', '.join(missing)} are not the size of any input of this graph",
+                           stage="backend")
+
+
+SIZE_SYMBOL = re.compile(r"\bs\d+\b")    # how ember/symbolic.py names size symbols
 
 
 def size_symbols(specs: list[InputSpec]) -> dict[str, tuple[int, int | str]]:

@@ -29,6 +29,7 @@ from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, tree_map
 from ember.prims import primitives as P
 from ember.prims.primitives import Prim
+from ember.symbolic import hint_of
 
 INFINITE = float("inf")
 _RECOMPUTABLE_KINDS = ("elementwise", "view", "creation")
@@ -100,7 +101,8 @@ def _save_cost(node: Node, free: set[Node], written: set[Node]) -> float:
     if node in free:
         return 0.0
     if isinstance(node.meta, TensorMeta):
-        return float(node.meta.numel() * node.meta.dtype.itemsize)
+        # at the size hints: a cost model takes no guard (the cut is exact at any size)
+        return float(hint_of(node.meta.numel()) * node.meta.dtype.itemsize)
     if node.meta is None and node.op == "call" and node.target is not operator.getitem:
         return 8.0              # a Python scalar computed at run time (a seed): saved as is
     return INFINITE             # a tuple of values: save its elements instead

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from ember.autodiff.joint import Joint, build_joint
 from ember.autodiff.partition import Partition, partition
 from ember.graph import Graph, Node, TensorMeta
 from ember.prims import primitives as P
+from ember.symbolic import STORAGE_OFFSET, is_symbolic
 
 
 class EagerAutograd(Exception):
@@ -55,6 +57,11 @@ def compile_training(graph: Graph, prim_graph: Graph, specs: list, options: Comp
     forward_graph.extra["cudagraph_visible_outputs"] = len(prim_graph.outputs)
     forward = compile_prim_graph(forward_graph, specs, options)
     step = TrainingStep(forward, parts, joint, prim_graph, graph, options)
+    if any(isinstance(spec, TensorMeta) and any(map(is_symbolic, (*spec.shape, spec.storage_offset)))
+           for spec in specs):
+        # size symbols: the backward compiles now, while guards may still be added (they are
+        # frozen once the forward's guards are built); its failure makes the graph static
+        step.compile_backward()
     return CompiledGraph(step, "autograd", forward.source, forward.kernel_count, forward.extern_count,
                          forward.schedule)
 
@@ -118,6 +125,11 @@ class TrainingStep:
         self.num_saved = len(parts.saved)
         self.device = next((p.meta.device.type for p in prim_graph.placeholders
                             if isinstance(p.meta, TensorMeta)), "cpu")
+        # dynamic shapes: where each size symbol is read in the forward's inputs (the metas the
+        # backward side reads at run time are made concrete from them: ``_concrete``)
+        from ember.backend import size_symbols
+        self.size_symbols = {symbol: source for symbol, source in
+                             size_symbols([p.meta for p in prim_graph.placeholders]).items()}
         self._backward: Any = None
         self.backward_compiled: Any = None      # the backward's CompiledGraph, once built
         self._lock = threading.Lock()
@@ -131,8 +143,17 @@ class TrainingStep:
             results[position] = value
         for position, value in layout.constants.items():
             results[position] = value
-        _apply_output_aliases(results, inputs, self.extra, layout.alias_metas)
+        alias_metas = layout.alias_metas
+        if self.size_symbols and alias_metas:
+            numbers = self.size_numbers(inputs)
+            alias_metas = {i: _concrete(meta, numbers) for i, meta in alias_metas.items()}
+        _apply_output_aliases(results, inputs, self.extra, alias_metas)
         return tuple(results[:layout.num_user_outputs])
+
+    def size_numbers(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """The value of each size symbol in this call (read from the forward's inputs)."""
+        return {symbol: (inputs[position].storage_offset() if dim == STORAGE_OFFSET else inputs[position].shape[dim])
+                for symbol, (position, dim) in self.size_symbols.items()}
 
     # ------------------------------------------------------------- backward
     def backward(self, saved: list[Any]) -> Any:
@@ -141,19 +162,28 @@ class TrainingStep:
         if self._backward is None:
             with self._lock:
                 if self._backward is None:
-                    from ember.backend import compile_prim_graph
-                    specs = [s if isinstance(s, TensorMeta) else type(v)
-                             for s, v in zip(self.saved_metas, saved)]
-                    specs += [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
-                    # the backward takes one list that it empties (see _CompiledFunction.backward)
-                    self.backward_graph.extra["boxed_inputs"] = True
-                    self.backward_graph.extra["backward"] = True     # the scheduler's memory rules
                     try:
-                        self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
-                        self._backward = self.backward_compiled.call
+                        self.compile_backward([s if isinstance(s, TensorMeta) else type(v)
+                                               for s, v in zip(self.saved_metas, saved)])
                     except Exception as exc:  # noqa: BLE001 - the forward already ran: never fail the step
                         self._backward = self._uncompiled_backward(exc)
         return self._backward
+
+    def compile_backward(self, saved_specs: list | None = None) -> None:
+        """Compile the backward from the saved values' metadata (or their types, for Python
+        values: ``saved_specs``, known at the first backward).  Raises CompileError."""
+        from ember.backend import compile_prim_graph
+        from ember.errors import CompileError
+        if saved_specs is None:
+            if not all(isinstance(s, TensorMeta) for s in self.saved_metas):
+                raise CompileError("the backward saves a Python value: compiled at its first call", stage="autodiff")
+            saved_specs = list(self.saved_metas)
+        specs = saved_specs + [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
+        # the backward takes one list that it empties (see _CompiledFunction.backward)
+        self.backward_graph.extra["boxed_inputs"] = True
+        self.backward_graph.extra["backward"] = True     # the scheduler's memory rules
+        self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
+        self._backward = self.backward_compiled.call
 
     def _uncompiled_backward(self, exc: Exception) -> Any:
         """The backward graph run op by op (each primitive's reference implementation), after its
@@ -240,6 +270,7 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
         ctx.saved_others = [(i, s) for i, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
         ctx.input_refs = [_reference(x) for x in inputs]
+        ctx.size_numbers = step.size_numbers(inputs) if step.size_symbols else None
         returned = tuple(results[i] for i in layout.returned)
         non_differentiable = [results[i] for i in layout.non_differentiable if isinstance(results[i], torch.Tensor)]
         if non_differentiable:
@@ -263,9 +294,10 @@ class _CompiledFunction(torch.autograd.Function):
         # create_graph): from here the list below is their only holder, and the compiled backward
         # empties it and drops each one after its last reader, as eager frees them layer by layer
         ctx.maybe_clear_saved_tensors()
-        arguments = [_in_layout(value, meta) for value, meta in zip(saved, step.saved_metas)]
+        numbers = ctx.size_numbers
+        arguments = [_in_layout(value, _concrete(meta, numbers)) for value, meta in zip(saved, step.saved_metas)]
         del saved
-        arguments += [_tangent(value, placeholder.meta)
+        arguments += [_tangent(value, _concrete(placeholder.meta, numbers))
                       for value, placeholder in zip(tangents, step.backward_graph.placeholders[step.num_saved:])]
         del tangents
         if torch.is_autocast_enabled(step.device):     # the graph holds its casts already
@@ -295,6 +327,22 @@ def _input_grads(layout: _Layout, input_grads: Any, grads: tuple) -> list[Any]:
 
 def _reference(value: Any) -> Any:
     return weakref.ref(value) if isinstance(value, torch.Tensor) else (lambda: value)
+
+
+def _concrete(meta: Any, numbers: dict[str, int] | None) -> Any:
+    """A TensorMeta with symbolic sizes and strides evaluated at this call's sizes."""
+    if not numbers or not isinstance(meta, TensorMeta):
+        return meta
+    values = (*meta.shape, *meta.stride, meta.storage_offset)
+    if not any(map(is_symbolic, values)):
+        return meta
+    def number(v: Any) -> Any:
+        if not is_symbolic(v):
+            return v
+        return int(v.expr.xreplace({symbol: numbers[symbol.name] for symbol in v.expr.free_symbols}))
+
+    return dataclasses.replace(meta, shape=tuple(map(number, meta.shape)), stride=tuple(map(number, meta.stride)),
+                               storage_offset=number(meta.storage_offset))
 
 
 def _in_layout(value: Any, meta: Any) -> Any:

@@ -336,9 +336,6 @@ class CapturedFunction:
         env = session.shape_env
         if session.needs_eager_autograd() or session.mixes_devices():
             raise _StaticOnly("the graph runs op by op")
-        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                           for x in session.example_inputs):
-            raise _StaticOnly("training graphs are compiled with static sizes")
         raw = getattr(self.backend, "raw_backend", self.backend)
         try:
             if autocast_devices:
