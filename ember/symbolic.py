@@ -551,6 +551,11 @@ def known_equal(a: Any, b: Any) -> bool:
     return env.statically_known(a, "==", b) is True
 
 
+def known_equal_sizes(a: tuple, b: tuple) -> bool:
+    """Two shapes (or stride tuples) equal at every size; never a guard."""
+    return len(a) == len(b) and all(known_equal(x, y) for x, y in zip(a, b))
+
+
 def known_multiple(value: Any, factor: int) -> bool:
     """True when ``value`` is a multiple of ``factor`` for every size (no guard is taken)."""
     if not isinstance(value, SymInt):

@@ -38,7 +38,7 @@ from ember.errors import CompileError
 from ember.graph import tree_map
 from ember.lower import ir
 from ember.lower.scheduler import BufferPlan, ExternCall, Schedule
-from ember.symbolic import is_symbolic, python_code, size_access
+from ember.symbolic import is_symbolic, known_equal_sizes, python_code, size_access
 
 
 class WrapperSource:
@@ -125,7 +125,8 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
             plan = sched.buffers[name]
             owner = sched.buffers.get(plan.allocation)
             if plan.allocation != name and plan.allocation in allocated and owner is not None and \
-                    (owner.shape, owner.stride) == (plan.shape, plan.stride):
+                    known_equal_sizes(owner.shape, plan.shape) and known_equal_sizes(owner.stride, plan.stride):
+                # (provably equal, never a guard: the as_strided form below is right at any size)
                 lines.append(f"    {name} = {plan.allocation}  # reuses the dead buffer {plan.allocation}")
             elif plan.allocation != name and plan.allocation in allocated:
                 # same numel and dtype; externs see the tensor, so give it this buffer's shape
@@ -515,4 +516,3 @@ def compile_wrapper(source: str, globals_: dict[str, Any], filename: str = "<emb
     code = compile(source, filename, "exec")
     exec(code, globals_)  # noqa: S102 - the generated host program is the artifact
     return globals_["call"]
-

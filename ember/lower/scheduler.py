@@ -32,7 +32,7 @@ import torch
 from ember.graph import is_dense
 from ember.graph import tree_leaves as _tree_leaves
 from ember.lower import ir
-from ember.symbolic import hint_of, known_equal
+from ember.symbolic import hint_of, known_equal, known_equal_sizes
 from ember.lower.ir import Expr, Index, Load, Var
 
 
@@ -335,18 +335,18 @@ class _Scheduler:
         if isinstance(node, ir.Reduction):
             if not inner:
                 # a pointwise-only kernel can become a reduction kernel when its stores split exactly
-                if any(not _same_shape(self.nodes[m].shape, node.shape + node.reduction_shape) and
-                       not _same_shape(self.nodes[m].shape, node.shape) for m in group.members):
+                if any(not known_equal_sizes(self.nodes[m].shape, node.shape + node.reduction_shape) and
+                       not known_equal_sizes(self.nodes[m].shape, node.shape) for m in group.members):
                     return False
-                if not _same_shape(node.shape + node.reduction_shape, outer) and not _same_shape(node.shape, outer):
+                if not known_equal_sizes(node.shape + node.reduction_shape, outer) and not known_equal_sizes(node.shape, outer):
                     return False
                 new_outer, new_inner = node.shape, node.reduction_shape
-            elif not (_same_shape(node.shape, outer) and _same_shape(node.reduction_shape, inner)):
+            elif not (known_equal_sizes(node.shape, outer) and known_equal_sizes(node.reduction_shape, inner)):
                 return False
             else:
                 new_outer, new_inner = outer, inner
         else:
-            if _same_shape(node.shape, outer) or (inner and _same_shape(node.shape, outer + inner)) or \
+            if known_equal_sizes(node.shape, outer) or (inner and known_equal_sizes(node.shape, outer + inner)) or \
                     not inner and known_equal(math.prod(node.shape), math.prod(outer)) and len(node.shape) and \
                     all(not isinstance(self.nodes[m], ir.Reduction) for m in group.members) and \
                     len(group.members) and self._flat_compatible(node.shape, outer):
@@ -698,8 +698,3 @@ def describe(sched: Schedule) -> str:
             lines.append(f"{step.name}: outer {[v.size for v in step.outer_vars]} inner "
                          f"{[v.size for v in step.inner_vars]} {passes} writes {step.writes}")
     return "\n".join(lines)
-
-
-def _same_shape(a: tuple, b: tuple) -> bool:
-    """Provably the same shape at every size (plain ints: equal)."""
-    return len(a) == len(b) and all(known_equal(x, y) for x, y in zip(a, b))
