@@ -262,13 +262,15 @@ def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], option
 def _check_sizes_readable(wrapper_source: str, readable: dict, param_names: list[str]) -> None:
     """Every size symbol the wrapper uses must be read from an input's shape: a backward graph
     whose inputs hold a symbol only inside a product (``s0*s1``) cannot compute ``s0``."""
-    missing = sorted(set(SIZE_SYMBOL.findall(wrapper_source)) - set(readable) - set(param_names))
+    code = COMMENT.sub("", wrapper_source)     # comments name user files (``# extern at s1.py:3``)
+    missing = sorted(set(SIZE_SYMBOL.findall(code)) - set(readable) - set(param_names))
     if missing:
         raise CompileError(f"size symbol(s) {', '.join(missing)} are not the size of any input of this graph",
                            stage="backend")
 
 
 SIZE_SYMBOL = re.compile(r"\bs\d+\b")    # how ember/symbolic.py names size symbols
+COMMENT = re.compile(r"#[^\n]*")
 
 
 def size_symbols(specs: list[InputSpec]) -> dict[str, tuple[int, int | str]]:

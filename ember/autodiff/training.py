@@ -143,11 +143,8 @@ class TrainingStep:
             results[position] = value
         for position, value in layout.constants.items():
             results[position] = value
-        alias_metas = layout.alias_metas
-        if self.size_symbols and alias_metas:
-            numbers = self.size_numbers(inputs)
-            alias_metas = {i: _concrete(meta, numbers) for i, meta in alias_metas.items()}
-        _apply_output_aliases(results, inputs, self.extra, alias_metas)
+        numbers = self.size_numbers(inputs) if self.size_symbols else None
+        _apply_output_aliases(results, inputs, self.extra, layout.alias_metas, numbers)
         return tuple(results[:layout.num_user_outputs])
 
     def size_numbers(self, inputs: Sequence[Any]) -> dict[str, int]:
@@ -231,11 +228,16 @@ def _layout(prim_graph: Graph, joint: Joint) -> _Layout:
     )
 
 
-def _apply_output_aliases(results: list[Any], inputs: tuple, extra: dict, alias_metas: dict) -> None:
+def _apply_output_aliases(results: list[Any], inputs: tuple, extra: dict, alias_metas: dict,
+                          numbers: dict[str, int] | None) -> None:
     """Outputs that eager returns as an input, a view of an input or of another output (the
-    same rules as codegen/wrapper.py ``_apply_output_sources``), made with autograd on."""
+    same rules as codegen/wrapper.py ``_apply_output_sources``), made with autograd on; symbolic
+    view sizes are evaluated at this call's ``numbers``."""
+    def at(sizes: Sequence[Any]) -> tuple:
+        return _at_sizes(sizes, numbers) if numbers else tuple(sizes)
+
     for index, position in extra.get("output_aliases", {}).items():
-        meta = alias_metas.get(index)
+        meta = _concrete(alias_metas.get(index), numbers)
         if meta is not None:
             results[index] = inputs[position].as_strided(meta.shape, meta.stride, meta.storage_offset)
     sources = extra.get("output_sources", {})
@@ -245,12 +247,13 @@ def _apply_output_aliases(results: list[Any], inputs: tuple, extra: dict, alias_
             results[index] = inputs[source[1]]
         elif source[0] == "input_view":
             _, position, shape, stride, offset = source
-            results[index] = inputs[position].as_strided(shape, stride, offset)
+            results[index] = inputs[position].as_strided(at(shape), at(stride), at((offset,))[0])
     for index in sorted(sources):
         source = sources[index]
         if source[0] == "view":
             _, base, shape, stride, offset = source
-            results[index] = results[base].as_strided(shape, stride, results[base].storage_offset() + offset)
+            results[index] = results[base].as_strided(at(shape), at(stride),
+                                                      results[base].storage_offset() + at((offset,))[0])
     for index in extra.get("detached_outputs", ()):
         if index in sources and sources[index][0] in ("input_view", "view"):
             results[index] = results[index].detach()
@@ -333,16 +336,16 @@ def _concrete(meta: Any, numbers: dict[str, int] | None) -> Any:
     """A TensorMeta with symbolic sizes and strides evaluated at this call's sizes."""
     if not numbers or not isinstance(meta, TensorMeta):
         return meta
-    values = (*meta.shape, *meta.stride, meta.storage_offset)
-    if not any(map(is_symbolic, values)):
+    if not any(map(is_symbolic, (*meta.shape, *meta.stride, meta.storage_offset))):
         return meta
-    def number(v: Any) -> Any:
-        if not is_symbolic(v):
-            return v
-        return int(v.expr.xreplace({symbol: numbers[symbol.name] for symbol in v.expr.free_symbols}))
+    return dataclasses.replace(meta, shape=_at_sizes(meta.shape, numbers), stride=_at_sizes(meta.stride, numbers),
+                               storage_offset=_at_sizes((meta.storage_offset,), numbers)[0])
 
-    return dataclasses.replace(meta, shape=tuple(map(number, meta.shape)), stride=tuple(map(number, meta.stride)),
-                               storage_offset=number(meta.storage_offset))
+
+def _at_sizes(sizes: Sequence[Any], numbers: dict[str, int]) -> tuple[int, ...]:
+    """Sizes (ints or SymInts) as ints at this call's values of the size symbols."""
+    return tuple(int(v.expr.xreplace({symbol: numbers[symbol.name] for symbol in v.expr.free_symbols}))
+                 if is_symbolic(v) else v for v in sizes)
 
 
 def _in_layout(value: Any, meta: Any) -> Any:

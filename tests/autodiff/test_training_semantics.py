@@ -569,3 +569,18 @@ def test_rows_of_a_table_by_negative_and_repeated_indices():
 
     check_fn(f, [leaf(6, 4), torch.tensor([-1, 2, 2, -6, 0])])
     assert_compiled()
+
+
+# ------------------------------------------------------------------ ties in max/min over a dim
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_over_a_dim_sends_the_gradient_to_the_returned_index(op, keepdim):
+    """torch.max(x, dim) gives each row's gradient to the index it returns; amax shares it among
+    ties.  With tied rows (an expanded input) the compiled step shared it: the fuzzer found it."""
+    x = torch.randn(1, 5).expand(3, 5).clone().requires_grad_(True)
+
+    def fn(x):
+        values, indices = getattr(torch, op)(x, 0, keepdim=keepdim)
+        return values * 2, indices, x.amax(0) if op == "max" else x.amin(0)
+
+    check_fn(fn, (x,))

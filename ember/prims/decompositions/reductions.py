@@ -9,6 +9,7 @@ import torch
 
 from ember.prims import ops
 from ember.prims import primitives as P
+from ember.prims.decompositions.indexing import gather
 from ember.prims.registry import register
 from ember.prims.type_promotion import computation_dtype
 from ember.prims.values import Value, is_tensor
@@ -126,6 +127,15 @@ def _max_or_min(values_fn, arg_prim: P.Prim, binary_fn, return_type):
             return binary_fn(x, dim)
         if dim is None:
             return values_fn(x, None, False)
+        if x.ndim and x.meta.requires_grad and torch.is_grad_enabled():
+            # eager's gradient goes to the returned index only (amax's would share ties evenly):
+            # the values are read at the indices, so that autodiff scatters there
+            dim = ops.normalize_dim(dim, x.ndim)
+            indices = _arg_reduce(arg_prim, x, dim, True)
+            values = gather(x, dim, indices)
+            if keepdim:
+                return return_type((values, indices))
+            return return_type((ops.squeeze(values, dim), ops.squeeze(indices, dim)))
         values = values_fn(x, dim, keepdim)
         indices = _arg_reduce(arg_prim, x, dim, keepdim)
         return return_type((values, indices))
