@@ -128,8 +128,7 @@ class TrainingStep:
         # dynamic shapes: where each size symbol is read in the forward's inputs (the metas the
         # backward side reads at run time are made concrete from them: ``_concrete``)
         from ember.backend import size_symbols
-        self.size_symbols = {symbol: source for symbol, source in
-                             size_symbols([p.meta for p in prim_graph.placeholders]).items()}
+        self.size_symbols = size_symbols([p.meta for p in prim_graph.placeholders])
         self._backward: Any = None
         self.backward_compiled: Any = None      # the backward's CompiledGraph, once built
         self._lock = threading.Lock()
