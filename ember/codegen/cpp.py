@@ -250,8 +250,13 @@ class KernelPrinter:
             self.emit(depth, pragma)
             self.emit(depth, f"for (int64_t {last.name} = 0; {last.name} < {last.size}; ++{last.name}) {{")
             depth += 1
-        for name, dtype, comment in self.row_cache.arrays:
-            self.emit(depth, f"alignas(64) {compute_type(dtype)} {name}[{k.inner_numel}];  // {comment}")
+        for slot, (name, dtype, comment) in enumerate(self.row_cache.arrays):
+            ctype = compute_type(dtype)
+            if is_symbolic(k.inner_numel):
+                self.emit(depth, f"{ctype}* __restrict__ {name} = ember::row_scratch<{ctype}>({slot}, "
+                                 f"{c_code(k.inner_numel)});  // {comment}")
+            else:
+                self.emit(depth, f"alignas(64) {ctype} {name}[{k.inner_numel}];  // {comment}")
         self.scopes.append({})
         for position, step in enumerate(k.steps):
             if step.inner:

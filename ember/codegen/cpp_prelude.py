@@ -53,6 +53,18 @@ static inline bool isinf(double x) { return __builtin_isinf(x); }
 static inline bool isfinite(float x) { return __builtin_isfinite(x); }
 static inline bool isfinite(double x) { return __builtin_isfinite(x); }
 template <typename T> static inline T max(T a, T b) { return a < b ? b : a; }
+// row arrays of a symbolic length: per thread, grown to the longest row seen, never shrunk (a
+// stack array of any length could overflow an OpenMP thread's stack)
+template <typename T> static inline T* row_scratch(int slot, int64_t n) {
+    static thread_local T* data[16] = {};
+    static thread_local int64_t capacity[16] = {};
+    if (capacity[slot] < n) {
+        __builtin_free(data[slot]);
+        data[slot] = static_cast<T*>(__builtin_malloc(static_cast<unsigned long>(n) * sizeof(T)));
+        capacity[slot] = n;
+    }
+    return data[slot];
+}
 }  // namespace ember
 
 #ifdef EMBER_USE_LIBMVEC

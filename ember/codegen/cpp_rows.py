@@ -11,6 +11,7 @@ import torch
 from ember.lower import ir
 from ember.lower.ir import Cast, Expr, Index, Op
 from ember.lower.scheduler import FusedKernel, LoopStep, Schedule
+from ember.symbolic import hint_of
 
 # a row kernel keeps values that later passes over the same row reuse in per-thread row arrays
 # (see RowCache) when a row has at most this many elements (0: never, for A/B runs) ...
@@ -19,6 +20,7 @@ ROW_CACHE_ELEMENTS = 16384
 ROW_CACHE_BYTES = 192 * 1024
 # a value is kept only if recomputing it costs at least this much (ops, transcendental ones 8)
 ROW_CACHE_MIN_COST = 4
+MAX_ROW_ARRAYS = 16               # ember::row_scratch's slots (cpp_prelude.py)
 EXPENSIVE_OPS = frozenset({
     "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "div", "sin",
     "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
@@ -69,7 +71,9 @@ class RowCache:
         loaded = {ld.buffer for step in kernel.steps for body in _step_bodies(step) for ld in ir.loads(body)}
         self.dropped = private - loaded     # in any kernel: a store nobody reads
         inner = kernel.inner_vars
-        if not (ROW_CACHE_ELEMENTS and kernel.outer_vars and inner and 0 < kernel.inner_numel <= ROW_CACHE_ELEMENTS):
+        # a symbolic row is judged at its hint (no guard): a longer row still runs right, its
+        # arrays on the heap (cpp.py), only less of it stays in cache
+        if not (ROW_CACHE_ELEMENTS and kernel.outer_vars and inner and 0 < hint_of(kernel.inner_numel) <= ROW_CACHE_ELEMENTS):
             return
         if sum(step.inner for step in kernel.steps) < 2:
             return
@@ -81,8 +85,9 @@ class RowCache:
         self._plan_values()
 
     def _new_array(self, dtype: torch.dtype, comment: str) -> str | None:
-        used = sum(self.kernel.inner_numel * _computed_size(t) for _, t, _ in self.arrays)
-        if used + self.kernel.inner_numel * _computed_size(dtype) > ROW_CACHE_BYTES:
+        row = hint_of(self.kernel.inner_numel)
+        used = sum(row * _computed_size(t) for _, t, _ in self.arrays)
+        if used + row * _computed_size(dtype) > ROW_CACHE_BYTES or len(self.arrays) == MAX_ROW_ARRAYS:
             return None
         name = f"row_cache{len(self.arrays)}"
         self.arrays.append((name, dtype, comment))
