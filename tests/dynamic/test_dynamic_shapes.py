@@ -719,6 +719,21 @@ def test_module_dynamic_batch_and_sequence():
     check_count(automatic_dynamic_count_error(PAIRS, counts), None)
 
 
+def train_step(model: nn.Module, fn: Callable, x: torch.Tensor, seed: int | None = None) -> list[torch.Tensor]:
+    """fn(x).square().sum().backward() on model's parameters: [output, *parameter grads]."""
+    model.zero_grad()
+    if seed is not None:
+        torch.manual_seed(seed)
+    out = fn(x)
+    out.square().sum().backward()
+    return [out.detach()] + [p.grad.clone() for p in model.parameters()]
+
+
+def assert_all_close(actual: list, expected: list, tol: float = 1e-4) -> None:
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("cpu_backend", ["cpp", "triton"])
 def test_module_training_sizes_are_correct(cpu_backend):
     """Training graphs take symbolic sizes too (the backward compiles with the forward, so that
@@ -728,18 +743,9 @@ def test_module_training_sizes_are_correct(cpu_backend):
     compiled = ember.compile(model, options={"fallback": "error", "cpu_backend": cpu_backend})
     for n in [3, 5, 8, 17, 2, 1]:
         x = torch.randn(n, 10, generator=torch.Generator().manual_seed(n))
-        model.zero_grad()
-        expected = model(x)
-        expected.square().sum().backward()
-        grads = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        actual = compiled(x)
-        actual.square().sum().backward()
-        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
-        for p, g in zip(model.parameters(), grads):
-            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-4)
-    events = compiled._ember_captured.events
-    assert [e.compiled.kind for e in events] == ["autograd"] * 3, [e.compiled.kind for e in events]
+        assert_all_close(train_step(model, compiled, x), train_step(model, model, x))
+    kinds = [e.compiled.kind for e in compiled._ember_captured.events]
+    assert kinds == ["autograd"] * 3, kinds
 
 
 class CausalAttention(nn.Module):
@@ -768,27 +774,12 @@ def test_attention_training_over_batch_and_sequence_sizes(dropout):
     compiled = ember.compile(model, options={"fallback": "error"})
     for b, t in [(2, 5), (3, 7), (2, 9), (4, 3), (1, 6)]:
         x = torch.randn(b, t, 16, generator=torch.Generator().manual_seed(b * 100 + t))
-        model.zero_grad()
-        expected = model(x)
-        expected.square().sum().backward()
-        grads = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        actual = compiled(x)
-        actual.square().sum().backward()
-        if dropout:      # ember's own masks: the same seed gives the same output and gradients
-            runs = []
-            for _ in range(2):
-                model.zero_grad()
-                torch.manual_seed(b * 100 + t)
-                again = compiled(x)
-                again.square().sum().backward()
-                runs.append([again.detach()] + [p.grad.clone() for p in model.parameters()])
-            for first, second in zip(*runs):
-                torch.testing.assert_close(first, second, rtol=0, atol=0)
-            continue
-        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
-        for p, g in zip(model.parameters(), grads):
-            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-4)
+        if dropout:      # the same seed, the same masks; another seed, other masks
+            first = train_step(model, compiled, x, seed=b + t)
+            assert_all_close(train_step(model, compiled, x, seed=b + t), first, 0)
+            assert not torch.equal(train_step(model, compiled, x, seed=b + t + 1)[0], first[0])
+        else:
+            assert_all_close(train_step(model, compiled, x), train_step(model, model, x))
     kinds = [e.compiled.kind for e in compiled._ember_captured.events]
     assert kinds == ["autograd"] * 3, kinds      # static, symbolic, and batch 1 (specialised)
 
