@@ -129,6 +129,9 @@ class TrainingStep:
         # backward side reads at run time are made concrete from them: ``_concrete``)
         from ember.backend import size_symbols
         self.size_symbols = size_symbols([p.meta for p in prim_graph.placeholders])
+        # outputs made as views by the Function's caller: their sizes are read per call
+        self.sized_views = bool(self.size_symbols) and (bool(self.extra.get("output_aliases")) or any(
+            source[0] in ("input_view", "view") for source in self.extra.get("output_sources", {}).values()))
         self._backward: Any = None
         self.backward_compiled: Any = None      # the backward's CompiledGraph, once built
         self._lock = threading.Lock()
@@ -142,7 +145,7 @@ class TrainingStep:
             results[position] = value
         for position, value in layout.constants.items():
             results[position] = value
-        numbers = self.size_numbers(inputs) if self.size_symbols else None
+        numbers = self.size_numbers(inputs) if self.sized_views else None
         _apply_output_aliases(results, inputs, self.extra, layout.alias_metas, numbers)
         return tuple(results[:layout.num_user_outputs])
 
