@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/ember_train_profile")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--rows", type=int, default=22)
+    parser.add_argument("--inductor", action="store_true", help="also profile torch.compile's step")
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.bench))
     os.makedirs(args.out, exist_ok=True)
@@ -99,7 +100,15 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
     print(f"==== {name}: first ember step (compile) {time.perf_counter() - start:.1f} s; graphs: {graphs}")
     copies.update(count=0, bytes=0)
 
-    for label, fn in (("eager", model), ("ember", compiled)):
+    runs = [("eager", model), ("ember", compiled)]
+    if args.inductor:
+        start = time.perf_counter()
+        inductor = torch.compile(model)
+        step(inductor)
+        torch.cuda.synchronize()
+        print(f"==== {name}: first inductor step (compile) {time.perf_counter() - start:.1f} s")
+        runs.append(("inductor", inductor))
+    for label, fn in runs:
         for _ in range(3):
             step(fn)
         torch.cuda.synchronize()

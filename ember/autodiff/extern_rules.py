@@ -434,11 +434,11 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
         # padding): the forward's lowering drops it too, and the fused kernels run without one
         args, kwargs = _without_mask(args, kwargs)
         call = _Call(_signature(attention.sdpa_signature), args, kwargs)
-    if call["enable_gqa"] or call["query"].device.type in ATEN_ATTENTION_BACKWARD_DEVICES and \
-            call["attn_mask"] is None:
+    if call["enable_gqa"] or call["query"].device.type in ATEN_ATTENTION_BACKWARD_DEVICES:
         # CUDA: eager's fused attention kernels, forward re-run then backward (one forward more,
-        # against fp32 matmuls and an (L, S) probability matrix per head here).  Not with a mask:
-        # SDPA with a bool mask re-run here took its fp32 math path (BERT: 0.86x of eager -> 0.59x)
+        # against fp32 matmuls and an (L, S) probability matrix per head here: HF GPT-2 and Llama,
+        # whose causal masks are explicit, spent 5 ms of a 38 ms step in fp32 matmuls).  The
+        # re-run hands the fused kernels their arguments with a unit last stride (AutogradBackward)
         return _fallback(F.scaled_dot_product_attention, grad, out, args, kwargs)
     q0, k0, v0, mask = call["query"], call["key"], call["value"], call["attn_mask"]
     q, k, v, g = ops.upcast(q0), ops.upcast(k0), ops.upcast(v0), ops.upcast(grad)
@@ -520,6 +520,9 @@ class _Slot:
         return f"slot{self.index}"
 
 
+_FUSED_ATTENTION = (F.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default)
+
+
 class AutogradBackward:
     """Runtime helper run by the wrapper: the vector-Jacobian product of `target` by eager autograd.
 
@@ -539,8 +542,13 @@ class AutogradBackward:
         grads, inputs = values[:len(self.grad_items)], list(values[len(self.grad_items):])
         if any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in inputs):
             return tuple(torch.empty(inputs[i].shape, dtype=inputs[i].dtype, device="meta") for i in self.wanted)
+        unit_last_stride = self.target in _FUSED_ATTENTION
         for i, value in enumerate(inputs):
             if isinstance(value, torch.Tensor):
+                if unit_last_stride and value.dim() and value.stride(-1) != 1:
+                    # SDPA's fused kernels reject any other (a mask expanded from (.., L, 1)) and
+                    # take the math path: fp32 matmuls and the (L, S) probabilities
+                    value = value.contiguous()
                 # detached: the re-run records its own graph and never touches the forward's
                 inputs[i] = value.detach().requires_grad_(i in self.wanted)
         with torch.enable_grad():
