@@ -55,7 +55,9 @@ def compile_training(graph: Graph, prim_graph: Graph, specs: list, options: Comp
     forward_graph = _forward_graph(parts, joint)
     # a CUDA-graph runner hands out the first outputs to the caller; the rest are saved for backward
     forward_graph.extra["cudagraph_visible_outputs"] = len(prim_graph.outputs)
+    forward_graph.extra["free_layout_outputs"] = _free_layout_outputs(parts, len(prim_graph.outputs))
     forward = compile_prim_graph(forward_graph, specs, options)
+    _adopt_saved_layouts(parts, forward.schedule, len(prim_graph.outputs))
     step = TrainingStep(forward, parts, joint, prim_graph, graph, options)
     if any(isinstance(spec, TensorMeta) and any(map(is_symbolic, (*spec.shape, spec.storage_offset)))
            for spec in specs):
@@ -79,6 +81,30 @@ def _check_supported(prim_graph: Graph) -> None:
         if position in arguments:
             # aliasing between arguments is checked by the inference wrapper only
             raise EagerAutograd(f"an in-place update of the argument {placeholders[position].name}")
+
+
+def _free_layout_outputs(parts: Partition, first_saved: int) -> frozenset[int]:
+    """The forward outputs saved for the backward that may keep the layout the forward computes
+    them in: all but those the backward reads through their storage (as_strided)."""
+    placeholders = parts.backward.placeholders
+    return frozenset(first_saved + k for k in range(len(parts.saved))
+                     if not any(user.target is P.as_strided for user in placeholders[k].users))
+
+
+def _adopt_saved_layouts(parts: Partition, sched: Any, first_saved: int) -> None:
+    """The backward reads each saved tensor in the layout the compiled forward gives it.  A
+    channels-last convolution's output was copied to eager's NCHW for the backward, whose cuDNN
+    calls converted it back (ResNet-50: 5 ms of a 52 ms training step)."""
+    if sched is None:
+        return
+    outputs = sched.program.outputs
+    for k, placeholder in enumerate(parts.backward.placeholders[:len(parts.saved)]):
+        out, meta = outputs[first_saved + k], placeholder.meta
+        if isinstance(out, str) and isinstance(meta, TensorMeta):
+            plan = sched.buffers[out]
+            if tuple(plan.stride) != tuple(meta.stride) or plan.storage_offset != meta.storage_offset:
+                placeholder.meta = dataclasses.replace(meta, stride=tuple(plan.stride),
+                                                       storage_offset=plan.storage_offset)
 
 
 def _forward_graph(parts: Partition, joint: Joint) -> Graph:

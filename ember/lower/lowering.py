@@ -81,10 +81,14 @@ class _Lowering:
                                    op=getattr(node.target, "qualified_name", str(node.target)),
                                    source_line=node.source_line or "") from exc
         outputs, strides = [], []
-        for value, node in zip(self.graph.outputs, self._output_nodes()):
-            outputs.append(self.lower_output(value, node))
+        # outputs whose layout is ours to choose (a training forward's saved tensors, read only
+        # by ember's backward, which is compiled for the layout they get: see autodiff/training.py)
+        free_layout = self.graph.extra.get("free_layout_outputs", ())
+        for position, (value, node) in enumerate(zip(self.graph.outputs, self._output_nodes())):
+            free = position in free_layout
+            outputs.append(self.lower_output(value, node, free))
             meta = node.meta if isinstance(node, Node) else None
-            strides.append(tuple(meta.stride) if isinstance(meta, TensorMeta) else None)
+            strides.append(tuple(meta.stride) if isinstance(meta, TensorMeta) and not free else None)
         program = ir.LoopProgram(self.nodes, outputs, strides, len(self.graph.placeholders))
         program.extra["layouts"] = self.layouts
         program.extra["backward"] = bool(self.graph.extra.get("backward"))    # a training step's backward
@@ -464,7 +468,7 @@ class _Lowering:
         body = value.load(tuple(ir.index(v) for v in vars_))
         return self.add(ir.Pointwise(name, value.shape, value.dtype, vars_, body, "view copy"))
 
-    def lower_output(self, value: Any, node: Any) -> Any:
+    def lower_output(self, value: Any, node: Any, free_layout: bool = False) -> Any:
         if not isinstance(node, Node):
             return value
         value = self.env[node]
@@ -475,6 +479,8 @@ class _Lowering:
         view = self.output_view(value, node)
         if view is not None:
             return view
+        if free_layout and value.node_name is not None:
+            return value.node_name      # in the layout it was computed in (a convolution's channels-last)
         produced = self.nodes.get(value.node_name) if value.node_name is not None else None
         if self.channels_last and isinstance(produced, ir.ExternOutput) and isinstance(node.meta, TensorMeta) and \
                 not _same_strides(produced.shape, produced.stride, tuple(node.meta.stride)):

@@ -479,7 +479,12 @@ class _Scheduler:
 
     # ------------------------------------------------------------ buffers
     def _plan_buffers(self, steps: list[Step], local: set[str]) -> dict[str, BufferPlan]:
-        outputs = {out: i for i, out in enumerate(self.program.outputs) if isinstance(out, str)}
+        # a buffer returned twice (a forward output also saved) takes the strides of the position
+        # that names them (a saved position leaves them free: None)
+        outputs: dict[str, int] = {}
+        for i, out in enumerate(self.program.outputs):
+            if isinstance(out, str) and (out not in outputs or self.program.output_strides[outputs[out]] is None):
+                outputs[out] = i
         plans: dict[str, BufferPlan] = {}
         for name, node in self.nodes.items():
             if isinstance(node, ir.InputBuffer):

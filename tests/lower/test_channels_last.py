@@ -62,3 +62,59 @@ def test_conv_net_channels_last_matches_eager(options):
     assert len(allocations) >= 4, wrapper
     for name, *_, channel_stride in allocations:
         assert (channel_stride == "1") != name.endswith("_output"), (name, wrapper)
+
+
+@pytest.mark.parametrize("options", [None, {"cpu_backend": "triton"}], ids=["cpp", "triton"])
+def test_training_keeps_saved_values_channels_last(options, monkeypatch):
+    """A training forward saves its channels-last values as they are, and the backward is
+    compiled for that layout: no copy to eager's NCHW in the forward, none back at backward
+    time.  Loss, gradients and BatchNorm's running statistics equal eager's."""
+    import copy
+
+    from ember.autodiff import training
+    from ember.graph import TensorMeta
+    if options:
+        pytest.importorskip("triton")
+    torch.manual_seed(0)
+    net = Net().train()
+    reference = copy.deepcopy(net)
+    x = torch.randn(2, 3, 12, 12)
+    compiled_graphs = []
+
+    def backend(graph, example_inputs):
+        compiled_graphs.append(compile_graph(graph, example_inputs, options=options))
+        return compiled_graphs[-1]
+    backward_copies = []
+    in_layout = training._in_layout
+
+    def counting(value, meta):
+        result = in_layout(value, meta)
+        if result is not value:
+            backward_copies.append(tuple(meta.shape))
+        return result
+    monkeypatch.setattr(training, "_in_layout", counting)
+    compiled = ember.compile(net, backend=backend)
+
+    def loss(out):
+        return out[0].square().sum() + out[1].sin().sum()
+    for _ in range(2):
+        net.zero_grad()
+        reference.zero_grad()
+        expected, out = reference(x), compiled(x)
+        loss(expected).backward()
+        loss(out).backward()
+        for a, e in zip(out, expected):
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+            assert a.stride() == e.stride()
+        for (name, p), q in zip(net.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
+        for b, c in zip(net.buffers(), reference.buffers()):
+            torch.testing.assert_close(b, c, rtol=1e-4, atol=1e-4)
+    step = compiled_graphs[0].call
+    assert isinstance(step, training.TrainingStep)
+    saved = [m for m in step.saved_metas if isinstance(m, TensorMeta) and len(m.shape) == 4 and m.shape[1] > 1]
+    assert any(m.stride[1] == 1 for m in saved), [m.stride for m in saved]
+    assert backward_copies == []
+    wrapper = compiled_graphs[0].source.split("# ---- kernels")[0]
+    # the one 4-D value the caller gets (z) is copied back to NCHW; no saved value is
+    assert wrapper.count("_output = torch.empty_strided((") == 1, wrapper
