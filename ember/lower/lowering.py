@@ -204,6 +204,9 @@ class _Lowering:
             meta = self.probe_output_layout(fn, args, kwargs, meta)
         if isinstance(meta, TensorMeta) and (fn in _CONVOLUTIONS or self.channels_last and _is_pooling(fn)):
             meta = self.convolution_output_layout(args, meta)
+        elif isinstance(meta, (tuple, list)) and self.channels_last and _is_pooling(fn):
+            # max_pool2d_with_indices: values and indices both follow the input's layout
+            meta = tuple(self.convolution_output_layout(args, m) if isinstance(m, TensorMeta) else m for m in meta)
         if isinstance(meta, TensorMeta):
             return self.add(ir.ExternOutput(f"{name}_out", tuple(meta.shape), meta.dtype, name, None,
                                             tuple(meta.stride), as_size(meta.storage_offset)))

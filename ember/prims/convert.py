@@ -24,7 +24,7 @@ from ember.prims import ops
 from ember.prims.extern_shapes import hint_meta_tensor, symbolic_output_meta
 from ember.prims import primitives
 from ember.prims.primitives import Prim
-from ember.prims.registry import lookup
+from ember.prims.registry import decomposing_differentiated, lookup
 from ember.prims.values import (Emitter, Value, _meta_of, building, concrete_int, concrete_meta_tensor, concrete_numbers,
                                 emit, emit_with_meta, is_tensor, meta_call, metas_of)
 
@@ -150,7 +150,8 @@ class _Converter:
         elif node.target in _SETITEM and len(args) == 3 and is_tensor(args[0]) and is_tensor(args[2]):
             _check_setitem_overlap(args[0], args[1], args[2])
         self.emitter.log = []
-        result = decomposition.fn(*args, **kwargs)
+        with decomposing_differentiated(self._differentiated(node)):
+            result = decomposition.fn(*args, **kwargs)
         if not decomposition.view:
             self._take_eager_layout(node, result)
         if mutates:
@@ -188,6 +189,10 @@ class _Converter:
             return result
         return tree_map(lambda r: self._detached(r) if isinstance(r, F.Alias) and r.cached.dtype.is_floating_point
                         else r, result)
+
+    def _differentiated(self, node: Node) -> bool:
+        return self.entry_grad_enabled and self.grad_enabled and any(
+            m.requires_grad for n in node.inputs() for m in _metas(n.meta) if isinstance(m, TensorMeta))
 
     def _detached(self, alias: F.Alias) -> F.Alias:
         value = emit(P_detach, F.resolve(alias))

@@ -43,6 +43,29 @@ class Decomposition:
 
 DECOMPOSITIONS: dict[Any, Decomposition] = {}
 
+# Whether the torch call being decomposed will be differentiated (grad mode on at the graph's
+# entry and in the region, an input that requires grad): set by prims/convert.py around each
+# decomposition.  The prim Values' own metas do not say so (computed values never require grad).
+_differentiated = [False]
+
+
+def differentiated() -> bool:
+    """Does the backward read this call's inputs (decompositions that save what it needs)?"""
+    return _differentiated[0]
+
+
+class decomposing_differentiated:
+    """``with decomposing_differentiated(flag):`` around one decomposition call."""
+
+    def __init__(self, flag: bool) -> None:
+        self.flag = flag
+
+    def __enter__(self) -> None:
+        self.previous, _differentiated[0] = _differentiated[0], self.flag
+
+    def __exit__(self, *exc: Any) -> None:
+        _differentiated[0] = self.previous
+
 
 def register(*targets: Any, view: bool = False, inplace: bool = False,
              inplace_kw: str | None = None) -> Callable[[Callable], Callable]:

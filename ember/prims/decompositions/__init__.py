@@ -9,6 +9,7 @@ from ember.prims.decompositions import (  # noqa: F401
     linalg,
     losses,
     norms,
+    pooling,
     random,
     reductions,
     views,

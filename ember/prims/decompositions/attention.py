@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.prims import ops
-from ember.prims.registry import register
+from ember.prims.registry import differentiated, register
 from ember.prims.values import is_tensor
 
 CPU_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -46,6 +46,6 @@ def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
 def _cpu_flash_for_training(q: Any, k: Any, v: Any, arguments: dict) -> bool:
     tensors = (q, k, v)
     return all(is_tensor(t) and t.ndim == 4 and t.device.type == "cpu" and t.dtype == q.dtype for t in tensors) and \
-        q.dtype in _FLASH_DTYPES and torch.is_grad_enabled() and any(t.meta.requires_grad for t in tensors) and \
+        q.dtype in _FLASH_DTYPES and differentiated() and \
         arguments["attn_mask"] is None and arguments["dropout_p"] == 0 and not arguments["enable_gqa"] and \
         q.shape[-1] == k.shape[-1] == v.shape[-1] and isinstance(arguments["is_causal"], bool)

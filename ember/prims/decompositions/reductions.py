@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ember.prims import ops
 from ember.prims import primitives as P
@@ -226,13 +225,3 @@ def norm(x: Value, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype
         return ops.extern(torch.norm, x, p, dim, keepdim, dtype=dtype)
     return vector_norm(x, p, dim, keepdim, dtype=dtype)
 
-
-@register(F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d)
-def adaptive_avg_pool2d(x: Value, output_size: Any) -> Value:
-    """Global average pooling (output 1 x 1, the head of every ResNet) is a mean over H and W: it
-    fuses with what produced x, and its backward is a broadcast (eager's CUDA backward kernel
-    took 0.75 ms of ResNet-50's step).  Other output sizes run eager's kernel."""
-    sizes = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
-    if all(size == 1 for size in sizes):
-        return ops.cast(ops.mean(x, (-2, -1), True), x.dtype)
-    return ops.extern(F.adaptive_avg_pool2d, x, output_size)
