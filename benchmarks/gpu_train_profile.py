@@ -14,6 +14,7 @@ For each model (the harness's train batch, bf16, model.train(), the harness's fp
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--rows", type=int, default=22)
     parser.add_argument("--inductor", action="store_true", help="also profile torch.compile's step")
+    parser.add_argument("--options", default="{}", help='ember.compile options as JSON, e.g. {"fallback": "error"}')
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.bench))
     os.makedirs(args.out, exist_ok=True)
@@ -86,7 +88,7 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
         return result
     training._in_layout = counting
 
-    compiled = ember.compile(model)
+    compiled = ember.compile(model, options=json.loads(args.options))
     with open(os.path.join(args.out, f"{name}_code.txt"), "w") as code_file:
         logs.set_logs("output_code")
         real_stderr, sys.stderr = sys.stderr, code_file

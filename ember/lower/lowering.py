@@ -61,9 +61,7 @@ class _Lowering:
         self.extern_copies: dict[tuple, tuple[str, tuple[int, ...]]] = {}
         # a CUDA graph with 2-D convolutions runs them channels-last (cuDNN's fast NHWC kernels,
         # e.g. for depthwise convs); 4-D values computed from channels-last ones stay channels-last
-        self.channels_last = any(_fn_of(n) in _CONVOLUTIONS and isinstance(n.meta, TensorMeta) and
-                                 n.meta.device.type in CHANNELS_LAST_DEVICES and len(n.meta.shape) == 4
-                                 for n in graph.call_nodes())
+        self.channels_last = any(_is_2d_convolution(n) for n in graph.call_nodes())
 
     # -------------------------------------------------------------- driver
     def run(self) -> ir.LoopProgram:
@@ -207,6 +205,11 @@ class _Lowering:
         elif isinstance(meta, (tuple, list)) and self.channels_last and _is_pooling(fn):
             # max_pool2d_with_indices: values and indices both follow the input's layout
             meta = tuple(self.convolution_output_layout(args, m) if isinstance(m, TensorMeta) else m for m in meta)
+        elif isinstance(meta, (tuple, list)) and fn in _CONVOLUTION_BACKWARDS and len(args) > 1:
+            # cuDNN's input and weight gradients follow a channels-last input (a wrong guess costs
+            # a copy in the wrapper, never a wrong result)
+            meta = tuple(self.convolution_output_layout(args[1:], m) if isinstance(m, TensorMeta) and i < 2 else m
+                         for i, m in enumerate(meta))
         if isinstance(meta, TensorMeta):
             return self.add(ir.ExternOutput(f"{name}_out", tuple(meta.shape), meta.dtype, name, None,
                                             tuple(meta.stride), as_size(meta.storage_offset)))
@@ -536,6 +539,7 @@ _LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
 
 
 _ATTENTION = {torch.nn.functional.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default}
+_CONVOLUTION_BACKWARDS = {torch.ops.aten.convolution_backward, torch.ops.aten.convolution_backward.default}
 # where graphs with 2-D convolutions run them (and the 4-D values around them) channels-last
 CHANNELS_LAST_DEVICES = {"cuda"}
 _CONVOLUTIONS = {torch.nn.functional.conv2d, torch.conv2d, torch.nn.functional.conv_transpose2d,
@@ -583,6 +587,19 @@ def _same_strides(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
 def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     _, c, h, w = shape
     return _dense_like(tuple(shape), (c * h * w, 1, w * c, c))
+
+
+def _is_2d_convolution(node: Node) -> bool:
+    """A 2-D convolution (or its backward, in a training step's backward graph) on a device
+    where graphs run them channels-last."""
+    fn = _fn_of(node)
+    if fn in _CONVOLUTIONS:
+        meta = node.meta
+    elif fn in _CONVOLUTION_BACKWARDS and node.args and isinstance(node.args[0], Node):
+        meta = node.args[0].meta        # the output gradient
+    else:
+        return False
+    return isinstance(meta, TensorMeta) and meta.device.type in CHANNELS_LAST_DEVICES and len(meta.shape) == 4
 
 
 def _is_pooling(fn: Any) -> bool:

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember import config
+from ember.debug.logs import log
 from ember.errors import CompileError
 
 # statistics for benchmarks and tests
@@ -298,6 +299,18 @@ def _compile(fn: Any, kernel: Any, aligned: list[bool], target: Any = None) -> A
     try:
         return triton.compile(ASTSource(fn, dict(kernel.signature), None, attrs), target=target, options=options)
     except Exception as exc:
+        if attrs:
+            # Triton 3.6's TritonGPURemoveLayoutConversions breaks SSA dominance for some looped
+            # reductions with many stores when told the pointers are 16-byte aligned (MobileNetV3's
+            # hardswish + squeeze-excite mean): without the hint it builds, a little slower
+            try:
+                compiled = triton.compile(ASTSource(fn, dict(kernel.signature), None, {}), target=target,
+                                          options=options)
+                log("output_code", f"{kernel.name}: built without alignment hints ({type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0] if str(exc) else ''})")
+                return compiled
+            except Exception:  # noqa: BLE001 - report the first failure
+                pass
         raise CompileError(f"Triton failed to compile {kernel.name}: {type(exc).__name__}: {exc}",
                            stage="runtime", op=kernel.name) from exc
 
