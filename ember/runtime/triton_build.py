@@ -31,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 import tempfile
@@ -412,6 +413,24 @@ def _current_stream_getter() -> Callable[[int], int]:
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
+def _c_launch(launcher: Any) -> Callable | None:
+    """Triton's C launch function, to call without its Python ``__call__`` (two scratch-buffer
+    checks and a closure per launch: about 10 of 22 us per launch on an H100 host, 4 ms of a
+    ResNet-50 training step's 426 launches).  Only for the ``__call__`` whose body is known
+    (Triton 3.6: ``(self, gridX, gridY, gridZ, stream, function, *args)`` passing
+    ``cooperative, pdl, global_scratch, profile_scratch`` before ``args``) and kernels without
+    scratch memory; otherwise None (the launcher's own ``__call__``)."""
+    call = getattr(type(launcher), "__call__", None)
+    code = getattr(call, "__code__", None)
+    if code is None or code.co_varnames[:6] != ("self", "gridX", "gridY", "gridZ", "stream", "function") or \
+            code.co_argcount != 6 or not code.co_flags & inspect.CO_VARARGS:
+        return None
+    if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1) or \
+            not hasattr(launcher, "launch_cooperative_grid") or not hasattr(launcher, "launch_pdl"):
+        return None
+    return getattr(launcher, "launch", None)
+
+
 def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Callable | None) -> Callable:
     """``launch(*tensors)``: one call into Triton's C launcher with everything static pre-bound."""
     import torch
@@ -427,8 +446,12 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
         test = " or ".join(f"a{i}.data_ptr() & 15" for i in checked)
         lines.append(f"    if {test}:")
         lines.append(f"        return fallback({args})")
+    c_launch = _c_launch(binary.run)
     if os.environ.get("EMBER_TRITON_SLOW_LAUNCH"):
         lines.append(f"    runner({args})")
+    elif c_launch is not None:
+        lines.append(f"    c_launch({grid[0]}, {grid[1]}, {grid[2]}, get_stream({device}), function, "
+                     f"cooperative, pdl, None, None, metadata, None, enter_hook, exit_hook, {args})")
     else:
         lines.append(f"    run({grid[0]}, {grid[1]}, {grid[2]}, get_stream({device}), function, metadata, "
                      f"None, enter_hook, exit_hook, {args})")
@@ -438,6 +461,8 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
     except (ImportError, AttributeError):
         enter_hook = exit_hook = None
     scope = {"run": binary.run, "function": binary.function, "metadata": binary.packed_metadata,
+             "c_launch": c_launch, "cooperative": getattr(binary.run, "launch_cooperative_grid", None),
+             "pdl": getattr(binary.run, "launch_pdl", None),
              "get_stream": _current_stream_getter(), "fallback": fallback, "runner": binary[kernel.grid],
              "enter_hook": enter_hook, "exit_hook": exit_hook}
     exec(compile("\n".join(lines) + "\n", f"<ember launcher {kernel.name}>", "exec"), scope)

@@ -1,0 +1,75 @@
+"""Where does the host spend a compiled training step?  (GPU diagnosis, not a test.)
+
+    python benchmarks/gpu_host_profile.py --bench .bench --models resnet50 --out $OUT
+
+For each model (harness train batch, bf16): the step's wall time against its GPU time (CUDA
+events around the step vs the sum of kernel times from torch.profiler), then cProfile of 5
+steps (top functions by own time), ember then eager."""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bench", default=".bench")
+    parser.add_argument("--models", default="resnet50")
+    parser.add_argument("--out", default="/tmp/ember_host_profile")
+    parser.add_argument("--rows", type=int, default=30)
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.bench))
+    os.makedirs(args.out, exist_ok=True)
+    for name in args.models.split(","):
+        profile_model(name, args)
+
+
+def profile_model(name: str, args: argparse.Namespace) -> None:
+    import models as zoo
+
+    import ember
+    spec = zoo.MODELS[name]
+    torch.manual_seed(0)
+    bench = spec.build(batch_size=spec.train_bs, seq_len=spec.seq_len, size="full", device="cuda")
+    model = bench.model.to(device="cuda", dtype=torch.bfloat16).train()
+    cast = lambda t: t.to(torch.bfloat16) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
+    inputs = bench.example_inputs
+    call_args, call_kwargs = ((), {k: cast(v) for k, v in inputs.items()}) if isinstance(inputs, dict) \
+        else (tuple(cast(v) for v in inputs), {})
+
+    def step(fn):
+        model.zero_grad(set_to_none=True)
+        bench.loss_fn(fn(*call_args, **call_kwargs)).backward()
+
+    compiled = ember.compile(model)
+    for label, fn in (("ember", compiled), ("eager", model)):
+        for _ in range(3):
+            step(fn)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(5):
+            step(fn)
+        host = (time.perf_counter() - start) / 5 * 1e3     # launches only: the GPU may lag behind
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - start) / 5 * 1e3
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(5):
+            step(fn)
+        torch.cuda.synchronize()
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.rows)
+        print(f"==== {name} {label}: host {host:.1f} ms per step (until the last launch), wall {wall:.1f} ms")
+        print(text.getvalue())
+
+
+if __name__ == "__main__":
+    main()
