@@ -543,6 +543,11 @@ class AutogradBackward:
         if any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in inputs):
             return tuple(torch.empty(inputs[i].shape, dtype=inputs[i].dtype, device="meta") for i in self.wanted)
         unit_last_stride = self.target in _FUSED_ATTENTION
+        if unit_last_stride:
+            direct = _flash_attention_backward(self.template, inputs, grads, self.grad_items, self.wanted)
+            if direct is not None:
+                given = {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
+                return tuple(_fresh(g, inputs[i], given) for g, i in zip(direct, self.wanted))
         for i, value in enumerate(inputs):
             if isinstance(value, torch.Tensor):
                 if unit_last_stride and value.dim() and value.stride(-1) != 1:
@@ -561,6 +566,57 @@ class AutogradBackward:
             if pairs else [None] * len(wanted)
         given = {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
         return tuple(_fresh(g, x, given) for g, x in zip(found, wanted))
+
+
+_FLASH = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
+FLASH_BACKWARD_DEVICES = {"cuda"}
+# eager's dispatcher choice and CUDA flash ops (module names: tests stand in CPU kernels)
+_SDP_CHOICE = torch.ops.aten._fused_sdp_choice
+_FLASH_FORWARD = torch.ops.aten._scaled_dot_product_flash_attention
+_FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward
+_ATTENTION_SIGNATURE = inspect.signature(attention.sdpa_signature)
+
+
+def _flash_attention_backward(template: tuple, inputs: list[Any], grads: tuple, grad_items: tuple[int, ...],
+                              wanted: tuple[int, ...]) -> list[torch.Tensor] | None:
+    """dq, dk, dv (for the ``wanted`` slots) from eager's flash attention kernels called directly:
+    the forward op that also returns the log-sum-exp, then its backward op.  Re-running
+    F.scaled_dot_product_attention under autograd and calling torch.autograd.grad cost 0.85 ms
+    of host time per layer (BERT-base: 10 ms of a 25 ms training step on an H100 host).  Only
+    where eager's dispatcher itself picks flash for these tensors (no mask, no dropout, equal head
+    dims that are a multiple of 8, so its front end passes them unchanged); None otherwise (the
+    caller re-runs under autograd)."""
+    try:
+        call = _ATTENTION_SIGNATURE.bind(*template[0], **template[1])
+    except TypeError:
+        return None
+    call.apply_defaults()
+    where = [call.arguments[name] for name in ("query", "key", "value")]     # their slots
+    if not all(isinstance(slot, _Slot) for slot in where) or any(isinstance(a, _Slot) for a in (
+            call.arguments["dropout_p"], call.arguments["is_causal"], call.arguments["scale"])):
+        return None
+    q, k, v = (inputs[slot.index] for slot in where)
+    is_causal, scale = call.arguments["is_causal"], call.arguments["scale"]
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.stride(-1) == 1 for t in (q, k, v)) or \
+            q.device.type not in FLASH_BACKWARD_DEVICES or call.arguments["attn_mask"] is not None or \
+            call.arguments["dropout_p"] != 0 or call.arguments["enable_gqa"] or not isinstance(is_causal, bool) or \
+            q.shape[-1] != v.shape[-1] or q.shape[-1] % 8 or len(grads) != 1 or tuple(grad_items) != (0,) or \
+            not isinstance(grads[0], torch.Tensor):
+        return None
+    if any(i not in {slot.index for slot in where} for i in wanted):
+        return None
+    if _SDP_CHOICE(q, k, v, None, 0.0, is_causal, scale=scale) != _FLASH:
+        return None
+    out, logsumexp, cum_q, cum_k, max_q, max_k, rng_state, unused, _ = \
+        _FLASH_FORWARD(q, k, v, 0.0, is_causal, False, scale=scale)
+    grad = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
+    dq, dk, dv = _FLASH_BACKWARD(
+        grad, q, k, v, out, logsumexp, cum_q, cum_k, max_q, max_k, 0.0, is_causal, rng_state, unused, scale=scale)
+    # per slot, as autograd gives them (one slot passed as both q and k: dq + dk)
+    by_slot: dict[int, torch.Tensor] = {}
+    for slot, grad_of in zip(where, (dq, dk, dv)):
+        by_slot[slot.index] = by_slot[slot.index] + grad_of if slot.index in by_slot else grad_of
+    return [by_slot[i] for i in wanted]
 
 
 def _fresh(grad: torch.Tensor | None, like: torch.Tensor, given: set[int]) -> torch.Tensor:
