@@ -544,7 +544,7 @@ class AutogradBackward:
             return tuple(torch.empty(inputs[i].shape, dtype=inputs[i].dtype, device="meta") for i in self.wanted)
         unit_last_stride = self.target in _FUSED_ATTENTION
         if unit_last_stride:
-            direct = _flash_attention_backward(self.template, inputs, grads, self.grad_items, self.wanted)
+            direct = _fused_attention_backward(self.template, inputs, grads, self.grad_items, self.wanted)
             if direct is not None:
                 given = {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
                 return tuple(_fresh(g, inputs[i], given) for g, i in zip(direct, self.wanted))
@@ -568,24 +568,52 @@ class AutogradBackward:
         return tuple(_fresh(g, x, given) for g, x in zip(found, wanted))
 
 
-_FLASH = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
-FLASH_BACKWARD_DEVICES = {"cuda"}
-# eager's dispatcher choice and CUDA flash ops (module names: tests stand in CPU kernels)
+FUSED_BACKWARD_DEVICES = {"cuda"}
+_BACKENDS = torch.nn.attention.SDPBackend
+# eager's dispatcher choice and the CUDA fused ops (module names: tests stand in CPU kernels)
 _SDP_CHOICE = torch.ops.aten._fused_sdp_choice
 _FLASH_FORWARD = torch.ops.aten._scaled_dot_product_flash_attention
 _FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward
+_CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention
+_CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward
+
+
+def _flash_grads(grad: Any, q: Any, k: Any, v: Any, is_causal: bool, scale: Any) -> tuple:
+    out, logsumexp, cum_q, cum_k, max_q, max_k, rng_state, unused, _ = \
+        _FLASH_FORWARD(q, k, v, 0.0, is_causal, False, scale=scale)
+    return _FLASH_BACKWARD(_like(grad, out), q, k, v, out, logsumexp, cum_q, cum_k, max_q, max_k, 0.0, is_causal,
+                           rng_state, unused, scale=scale)
+
+
+def _cudnn_grads(grad: Any, q: Any, k: Any, v: Any, is_causal: bool, scale: Any) -> tuple:
+    out, logsumexp, cum_q, cum_k, max_q, max_k, seed, offset, _ = \
+        _CUDNN_FORWARD(q, k, v, None, True, 0.0, is_causal, False, scale=scale)
+    return _CUDNN_BACKWARD(_like(grad, out), q, k, v, out, logsumexp, seed, offset, None, cum_q, cum_k, max_q, max_k,
+                           0.0, is_causal, scale=scale)
+
+
+_FUSED_GRADS = {_BACKENDS.FLASH_ATTENTION.value: _flash_grads, _BACKENDS.CUDNN_ATTENTION.value: _cudnn_grads}
+
+
+def _like(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The output gradient in the output's layout (what eager's autograd hands these kernels)."""
+    if grad.stride() == out.stride():
+        return grad
+    return torch.empty_strided(out.shape, out.stride(), dtype=grad.dtype, device=grad.device).copy_(grad)
+
+
 _ATTENTION_SIGNATURE = inspect.signature(attention.sdpa_signature)
 
 
-def _flash_attention_backward(template: tuple, inputs: list[Any], grads: tuple, grad_items: tuple[int, ...],
+def _fused_attention_backward(template: tuple, inputs: list[Any], grads: tuple, grad_items: tuple[int, ...],
                               wanted: tuple[int, ...]) -> list[torch.Tensor] | None:
-    """dq, dk, dv (for the ``wanted`` slots) from eager's flash attention kernels called directly:
+    """dq, dk, dv (for the ``wanted`` slots) from eager's fused attention kernels called directly:
     the forward op that also returns the log-sum-exp, then its backward op.  Re-running
     F.scaled_dot_product_attention under autograd and calling torch.autograd.grad cost 0.85 ms
     of host time per layer (BERT-base: 10 ms of a 25 ms training step on an H100 host).  Only
-    where eager's dispatcher itself picks flash for these tensors (no mask, no dropout, equal head
-    dims that are a multiple of 8, so its front end passes them unchanged); None otherwise (the
-    caller re-runs under autograd)."""
+    where eager's dispatcher itself picks flash or cuDNN for these tensors, with no mask, no
+    dropout and equal head dims that are a multiple of 8 (so its front end would pass them
+    unchanged); None otherwise (the caller re-runs under autograd)."""
     try:
         call = _ATTENTION_SIGNATURE.bind(*template[0], **template[1])
     except TypeError:
@@ -598,20 +626,15 @@ def _flash_attention_backward(template: tuple, inputs: list[Any], grads: tuple, 
     q, k, v = (inputs[slot.index] for slot in where)
     is_causal, scale = call.arguments["is_causal"], call.arguments["scale"]
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.stride(-1) == 1 for t in (q, k, v)) or \
-            q.device.type not in FLASH_BACKWARD_DEVICES or call.arguments["attn_mask"] is not None or \
+            q.device.type not in FUSED_BACKWARD_DEVICES or call.arguments["attn_mask"] is not None or \
             call.arguments["dropout_p"] != 0 or call.arguments["enable_gqa"] or not isinstance(is_causal, bool) or \
             q.shape[-1] != v.shape[-1] or q.shape[-1] % 8 or len(grads) != 1 or tuple(grad_items) != (0,) or \
-            not isinstance(grads[0], torch.Tensor):
+            not isinstance(grads[0], torch.Tensor) or any(i not in {slot.index for slot in where} for i in wanted):
         return None
-    if any(i not in {slot.index for slot in where} for i in wanted):
+    fused_grads = _FUSED_GRADS.get(_SDP_CHOICE(q, k, v, None, 0.0, is_causal, scale=scale))
+    if fused_grads is None:
         return None
-    if _SDP_CHOICE(q, k, v, None, 0.0, is_causal, scale=scale) != _FLASH:
-        return None
-    out, logsumexp, cum_q, cum_k, max_q, max_k, rng_state, unused, _ = \
-        _FLASH_FORWARD(q, k, v, 0.0, is_causal, False, scale=scale)
-    grad = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
-    dq, dk, dv = _FLASH_BACKWARD(
-        grad, q, k, v, out, logsumexp, cum_q, cum_k, max_q, max_k, 0.0, is_causal, rng_state, unused, scale=scale)
+    dq, dk, dv = fused_grads(grads[0], q, k, v, is_causal, scale)
     # per slot, as autograd gives them (one slot passed as both q and k: dq + dk)
     by_slot: dict[int, torch.Tensor] = {}
     for slot, grad_of in zip(where, (dq, dk, dv)):

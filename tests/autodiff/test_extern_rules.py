@@ -600,8 +600,9 @@ def test_attention_backward_calls_the_flash_kernels_directly(case, monkeypatch):
         calls.append(is_causal)
         return cpu_flash_backward(grad, q, k, v, out, logsumexp, dropout_p, is_causal, scale=scale)
     monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
-    monkeypatch.setattr(extern_rules, "FLASH_BACKWARD_DEVICES", {"cpu"})
-    monkeypatch.setattr(extern_rules, "_SDP_CHOICE", lambda *args, **kwargs: extern_rules._FLASH)
+    monkeypatch.setattr(extern_rules, "FUSED_BACKWARD_DEVICES", {"cpu"})
+    flash = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
+    monkeypatch.setattr(extern_rules, "_SDP_CHOICE", lambda *args, **kwargs: flash)
     monkeypatch.setattr(extern_rules, "_FLASH_FORWARD", forward)
     monkeypatch.setattr(extern_rules, "_FLASH_BACKWARD", backward)
     monkeypatch.setattr(attention, "_cpu_flash_for_training", lambda *args: False)

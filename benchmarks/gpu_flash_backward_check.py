@@ -1,0 +1,63 @@
+"""The CUDA attention backward through eager's fused kernels called directly
+(extern_rules._fused_attention_backward): gradients vs eager's, and which backward op ran, with
+eager's default backend choice (cuDNN on an H100 with torch 2.11) and with flash forced.
+
+    python benchmarks/gpu_flash_backward_check.py        (GPU)
+"""
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember.autodiff import extern_rules as er
+
+
+def main() -> None:
+    calls = {"flash": 0, "cudnn": 0}
+
+    def counting(name, real):
+        def op(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return op
+    er._FLASH_BACKWARD = counting("flash", er._FLASH_BACKWARD)
+    er._CUDNN_BACKWARD = counting("cudnn", er._CUDNN_BACKWARD)
+    for forced in ("default", "flash"):
+        if forced == "flash":
+            torch.backends.cuda.enable_cudnn_sdp(False)
+            torch.backends.cuda.enable_mem_efficient_sdp(False)
+        check(calls, forced)
+
+
+def check(calls: dict, label: str) -> None:
+    torch.manual_seed(0)
+    B, H, L, D = 2, 4, 128, 64
+    for dtype in (torch.bfloat16, torch.float16):
+        for causal in (False, True):
+            for same in (False, True):
+                w = torch.nn.Linear(D * H, 3 * D * H, device="cuda", dtype=dtype)
+
+                def fn(x):
+                    q, k, v = w(x).view(B, L, 3, H, D).permute(2, 0, 3, 1, 4)
+                    if same:
+                        k = v = q
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    return out.transpose(1, 2).reshape(B, L, H * D)
+                x = torch.randn(B, L, H * D, device="cuda", dtype=dtype, requires_grad=True)
+                g = torch.randn(B, L, H * D, device="cuda", dtype=dtype)
+                before = dict(calls)
+                ember.compile(fn, options={"fallback": "error"})(x).backward(g)
+                grads = [t.grad.clone() for t in (x, w.weight, w.bias)]
+                for t in (x, w.weight, w.bias):
+                    t.grad = None
+                fn(x).backward(g)
+                rel = [((a.float() - t.grad.float()).norm() / t.grad.float().norm()).item()
+                       for a, t in zip(grads, (x, w.weight, w.bias))]
+                ran = {k: calls[k] - before[k] for k in calls}
+                print(f"{label}: {dtype} causal={causal} q_is_k_is_v={same} backward ops {ran} "
+                      f"rel err x {rel[0]:.1e} w {rel[1]:.1e} b {rel[2]:.1e}")
+                for t in (x, w.weight, w.bias):
+                    t.grad = None
+
+
+if __name__ == "__main__":
+    main()
