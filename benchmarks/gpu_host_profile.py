@@ -32,17 +32,10 @@ def main() -> None:
 
 
 def profile_model(name: str, args: argparse.Namespace) -> None:
-    import models as zoo
+    from zoo_train_setup import zoo_training
 
     import ember
-    spec = zoo.MODELS[name]
-    torch.manual_seed(0)
-    bench = spec.build(batch_size=spec.train_bs, seq_len=spec.seq_len, size="full", device="cuda")
-    model = bench.model.to(device="cuda", dtype=torch.bfloat16).train()
-    cast = lambda t: t.to(torch.bfloat16) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
-    inputs = bench.example_inputs
-    call_args, call_kwargs = ((), {k: cast(v) for k, v in inputs.items()}) if isinstance(inputs, dict) \
-        else (tuple(cast(v) for v in inputs), {})
+    model, bench, call_args, call_kwargs = zoo_training(name)
 
     def step(fn):
         model.zero_grad(set_to_none=True)

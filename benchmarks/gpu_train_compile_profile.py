@@ -36,19 +36,12 @@ def main() -> None:
 
 
 def profile_first_step(name: str, rows: int) -> None:
-    import models as zoo
+    from zoo_train_setup import zoo_training
 
     import ember
     from ember.runtime import triton_build
 
-    spec = zoo.MODELS[name]
-    torch.manual_seed(0)
-    bench = spec.build(batch_size=spec.train_bs, seq_len=spec.seq_len, size="full", device="cuda")
-    model = bench.model.to(device="cuda", dtype=torch.bfloat16).train()
-    cast = lambda t: t.to(torch.bfloat16) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
-    inputs = bench.example_inputs
-    call_args, call_kwargs = ((), {k: cast(v) for k, v in inputs.items()}) if isinstance(inputs, dict) \
-        else (tuple(cast(v) for v in inputs), {})
+    model, bench, call_args, call_kwargs = zoo_training(name)
     compiled = ember.compile(model)
     before = dict(triton_build.stats)
     profiler = cProfile.Profile()
