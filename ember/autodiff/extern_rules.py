@@ -631,7 +631,9 @@ def _fused_attention_backward(template: tuple, inputs: list[Any], grads: tuple, 
             q.shape[-1] != v.shape[-1] or q.shape[-1] % 8 or len(grads) != 1 or tuple(grad_items) != (0,) or \
             not isinstance(grads[0], torch.Tensor) or any(i not in {slot.index for slot in where} for i in wanted):
         return None
-    fused_grads = _FUSED_GRADS.get(_SDP_CHOICE(q, k, v, None, 0.0, is_causal, scale=scale))
+    # eager chose its kernel for tensors that require grad (some backends are excluded then)
+    choice = _SDP_CHOICE(*(t.detach().requires_grad_() for t in (q, k, v)), None, 0.0, is_causal, scale=scale)
+    fused_grads = _FUSED_GRADS.get(choice)
     if fused_grads is None:
         return None
     dq, dk, dv = fused_grads(grads[0], q, k, v, is_causal, scale)
