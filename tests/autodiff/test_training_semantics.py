@@ -584,3 +584,30 @@ def test_max_over_a_dim_sends_the_gradient_to_the_returned_index(op, keepdim):
         return values * 2, indices, x.amax(0) if op == "max" else x.amin(0)
 
     check_fn(fn, (x,))
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_of_a_computed_value_sends_the_gradient_to_the_returned_index(op):
+    """The same for a value computed inside the graph (prim Values never carry requires_grad:
+    the rule asks whether the call is differentiated).  x and x**3 tie at 1: eager gives the
+    gradient to the first, the shared rule gave 0.5 * 1 + 0.5 * 3."""
+    x = torch.ones(3, 1).requires_grad_(True)
+
+    def fn(x):
+        return getattr(torch, op)(torch.cat([x, x.pow(3)], 1), 1).values * 2
+
+    check_fn(fn, (x,))
+
+
+@pytest.mark.parametrize("option", ["padding_idx", "scale_grad_by_freq"])
+def test_embedding_of_a_computed_weight_keeps_eagers_gradient_rules(option):
+    """padding_idx (no gradient for that row) and scale_grad_by_freq hold for a weight computed
+    in the graph too, not only for a parameter."""
+    weight = leaf(6, 4)
+    ids = torch.tensor([[0, 2, 2], [5, 0, 1]])
+    kwargs = {"padding_idx": 0} if option == "padding_idx" else {"scale_grad_by_freq": True}
+
+    def fn(w, i):
+        return F.embedding(i, w * 3, **kwargs).sin()
+
+    check_fn(fn, [weight, ids])

@@ -15,7 +15,7 @@ import torch
 
 from ember.prims import ops
 from ember.prims import primitives as P
-from ember.prims.registry import register
+from ember.prims.registry import differentiated, register
 from ember.prims.values import Value, is_tensor
 
 T = torch.Tensor
@@ -233,8 +233,7 @@ def embedding(input: Value, weight: Value, padding_idx: int | None = None, max_n
     # max_norm renormalizes weight in place: eager's.  padding_idx and scale_grad_by_freq change
     # only the gradient (the padding row gets none; rows are scaled by 1 / their count), which the
     # extern's VJP rule computes and a plain gather's would not
-    shapes_gradient = (padding_idx is not None or scale_grad_by_freq) and torch.is_grad_enabled() and \
-        weight.meta.requires_grad
+    shapes_gradient = (padding_idx is not None or scale_grad_by_freq) and differentiated()
     if max_norm is not None or shapes_gradient:
         return ops.extern(F.embedding, input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq,
                           sparse)

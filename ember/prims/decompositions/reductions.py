@@ -10,7 +10,7 @@ import torch
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.decompositions.indexing import gather
-from ember.prims.registry import register
+from ember.prims.registry import differentiated, register
 from ember.prims.type_promotion import computation_dtype
 from ember.prims.values import Value, is_tensor
 
@@ -127,7 +127,7 @@ def _max_or_min(values_fn, arg_prim: P.Prim, binary_fn, return_type):
             return binary_fn(x, dim)
         if dim is None:
             return values_fn(x, None, False)
-        if x.ndim and x.meta.requires_grad and torch.is_grad_enabled():
+        if x.ndim and differentiated():
             # eager's gradient goes to the returned index only (amax's would share ties evenly):
             # the values are read at the indices, so that autodiff scatters there
             dim = ops.normalize_dim(dim, x.ndim)
@@ -224,4 +224,3 @@ def norm(x: Value, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype
     if isinstance(p, str):
         return ops.extern(torch.norm, x, p, dim, keepdim, dtype=dtype)
     return vector_norm(x, p, dim, keepdim, dtype=dtype)
-
