@@ -22,12 +22,17 @@ Which devices split, and from what size on, is the device's policy (``SPLIT_POLI
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+from typing import Any
+
+import sympy
 
 import torch
 
 from ember.lower import ir
-from ember.lower.ir import Const, Load, Op
+from ember.lower.ir import Const, IndexValue, Load, Op
+from ember.symbolic import SymInt, hint_of, is_symbolic, known_equal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +55,8 @@ def split_reductions(program: ir.LoopProgram, device_type: str) -> ir.LoopProgra
     if policy is None:
         return program
     replaced: dict[str, list[ir.LoopNode]] = {}      # node name -> the nodes that take its place
-    welford_means = {(n.body, n.shape, n.reduction_shape): n for n in program.nodes.values()
-                     if isinstance(n, ir.Reduction) and n.reduction_type == "welford_mean"}
+    means_of = _welford_pairs(program)
+    paired_means = {mean.name for mean in means_of.values()}
     for node in program.nodes.values():
         if not isinstance(node, ir.Reduction) or node.name in replaced:
             continue
@@ -61,13 +66,15 @@ def split_reductions(program: ir.LoopProgram, device_type: str) -> ir.LoopProgra
         if node.reduction_type in _SPLITTABLE:
             replaced[node.name] = _split_simple(node, split)
         elif node.reduction_type == "welford_var":
-            mean = welford_means.get((node.body, node.shape, node.reduction_shape))
+            mean = means_of.get(node.name)
             nodes = _split_welford(node, mean, split, set(program.nodes))
             if nodes is None:
                 continue
             replaced[node.name] = nodes
             if mean is not None:
                 replaced[mean.name] = []        # made by _split_welford, before the variance
+        elif node.reduction_type == "welford_mean" and node.name not in paired_means:
+            replaced[node.name] = _split_mean(node, split)
     if not replaced:
         return program
     nodes: dict[str, ir.LoopNode] = {}
@@ -75,6 +82,28 @@ def split_reductions(program: ir.LoopProgram, device_type: str) -> ir.LoopProgra
         for new in replaced.get(name, [node]):
             nodes[new.name] = new
     return dataclasses.replace(program, nodes=nodes)
+
+
+def _welford_pairs(program: ir.LoopProgram) -> dict[str, ir.Reduction]:
+    """Each ``welford_var`` -> the ``welford_mean`` of the same values that follows it (a var_mean's
+    two results; ``x_var`` pairs with ``x_mean`` first).  One mean pairs with at most one variance:
+    two var_means of one tensor (corrections 0 and 1) are two pairs."""
+    waiting: dict[tuple, list[ir.Reduction]] = {}
+    pairs: dict[str, ir.Reduction] = {}
+    for node in program.nodes.values():
+        if not isinstance(node, ir.Reduction) or node.reduction_type not in ("welford_var", "welford_mean"):
+            continue
+        key = (node.body, node.shape, node.reduction_shape)
+        if node.reduction_type == "welford_var":
+            waiting.setdefault(key, []).append(node)
+            continue
+        candidates = waiting.get(key)
+        if candidates:
+            named = [var for var in candidates if var.name.removesuffix("_var") == node.name.removesuffix("_mean")]
+            var = (named or candidates)[0]
+            candidates.remove(var)
+            pairs[var.name] = node
+    return pairs
 
 
 # ---------------------------------------------------------------- where to split
@@ -91,32 +120,41 @@ class _Split:
 
 
 def _choose_split(node: ir.Reduction, policy: SplitPolicy) -> _Split | None:
-    rows, inner = math.prod(node.shape), math.prod(node.reduction_shape)
+    """Decided at the sizes' hints, with no guard: any split is exact at every size.  A symbolic
+    reduced dim becomes a chunk dim whole or not at all (a part of it would need a divisor of
+    every size it may take), so ``(N, H, W)`` with symbolic N splits into per-image partials."""
+    rows, inner = hint_of(math.prod(node.shape)), hint_of(math.prod(node.reduction_shape))
     if rows * inner < policy.min_elements or inner < max(policy.min_inner, 2 * policy.min_chunk) or \
             rows >= policy.target_rows:
         return None
     wanted = min(-(-policy.target_rows // rows), inner // policy.min_chunk)
-    chunks: list[int] = []      # per leading reduced dim: how much of it becomes kept
+    chunks: list = []      # per leading reduced dim: how much of it becomes kept
     for size in node.reduction_shape:
         if wanted <= 1:
             break
-        if size <= wanted:
+        if hint_of(size) <= wanted:
             chunks.append(size)
-            wanted = -(-wanted // size)
+            wanted = -(-wanted // hint_of(size))
             continue
-        divisor = next((d for d in range(wanted, size + 1) if size % d == 0), size)
-        if divisor > 4 * wanted:    # a prime-ish size: stop splitting here
-            break
+        if is_symbolic(size):
+            divisor = _symbolic_divisor(size, wanted)
+            if divisor is None:
+                break
+        else:
+            divisor = next((d for d in range(wanted, size + 1) if size % d == 0), size)
+            if divisor > 4 * wanted:    # a prime-ish size: stop splitting here
+                break
         chunks.append(divisor)
         wanted = 1
-    if math.prod(chunks) < 2:
+    if hint_of(math.prod(chunks)) < 2:
         return None
     # chunk dims first: the node's own kept dims vary fastest across a program's rows, so a
     # column reduction's rows stay adjacent in memory (channels-last statistics, bias gradients)
     kept = ir.make_vars("x", tuple(chunks) + node.shape)
+    whole = [known_equal(chunk, size) for chunk, size in zip(chunks, node.reduction_shape)]
     reduced_sizes = []
     for i, size in enumerate(node.reduction_shape):
-        if i < len(chunks) and chunks[i] == size:
+        if i < len(chunks) and whole[i]:
             continue
         reduced_sizes.append(size // chunks[i] if i < len(chunks) else size)
     if not reduced_sizes:
@@ -127,10 +165,24 @@ def _choose_split(node: ir.Reduction, policy: SplitPolicy) -> _Split | None:
     for i, old in enumerate(node.reduction_vars):
         if i < len(chunks):
             chunk_var = ir.index(kept[i])
-            mapping[old] = chunk_var if chunks[i] == old.size else chunk_var * (old.size // chunks[i]) + ir.index(next(rest_iter))
+            mapping[old] = chunk_var if whole[i] else chunk_var * (old.size // chunks[i]) + ir.index(next(rest_iter))
         else:
             mapping[old] = ir.index(next(rest_iter))
     return _Split(tuple(chunks), mapping, kept, rest)
+
+
+def _symbolic_divisor(size: SymInt, wanted: int) -> Any:
+    """A factor of a product of sizes (``B * T`` -> ``B``) that divides it at every size: the one
+    nearest above ``wanted`` at the hints (within 4x), else the largest below it; None for sizes
+    that are not products (``T - 1``)."""
+    factors = size.expr.as_ordered_factors() if size.expr.is_Mul else [size.expr]
+    proper = {sympy.Mul(*chosen) for n in range(1, len(factors))
+              for chosen in itertools.combinations(factors, n)}
+    options = sorted((size.env.hint(f), str(f), f) for f in proper if size.env.hint(f) >= 2)
+    above = [o for o in options if wanted <= o[0] <= 4 * wanted]
+    below = [o for o in options if o[0] < wanted]
+    chosen = above[0] if above else below[-1] if below else None
+    return None if chosen is None else SymInt.of(chosen[2], size.env)
 
 
 def _partial_dtype(dtype: torch.dtype, reduction_type: str) -> torch.dtype:
@@ -161,9 +213,20 @@ def _split_simple(node: ir.Reduction, split: _Split) -> list[ir.LoopNode]:
     return [partial, final]
 
 
+def _split_mean(mean: ir.Reduction, split: _Split) -> list[ir.LoopNode]:
+    """A mean with no variance beside it: per-chunk means (equal counts), then their mean."""
+    dtype = _partial_dtype(mean.dtype, "sum")
+    partial = _partial(mean, split, f"{mean.name}_partial", "welford_mean", dtype)
+    chunks = _size_value(split.count, dtype)
+    final = _combine(mean, split, mean.name, "sum", mean.dtype,
+                     lambda load, _: Op("div", (load(partial), chunks), dtype))
+    return [partial, final]
+
+
 def _split_welford(var: ir.Reduction, mean: ir.Reduction | None, split: _Split, taken: set[str]) -> list[ir.LoopNode] | None:
     count = math.prod(var.reduction_shape)
-    if count - var.correction <= 0:
+    # a symbolic count is at least 2 (sizes 0 and 1 are specialised)
+    if (hint_of(count) if not is_symbolic(count) else 2) - var.correction <= 0:
         return None     # eager's inf/nan: not worth a special case
     names = [f"{var.name}_{suffix}" for suffix in ("partial_mean", "partial_var", "split_mean")]
     if any(name in taken for name in names):
@@ -171,13 +234,18 @@ def _split_welford(var: ir.Reduction, mean: ir.Reduction | None, split: _Split, 
     dtype = _partial_dtype(var.dtype, "sum")
     partial_mean = _partial(var, split, names[0], "welford_mean", dtype)
     partial_var = _partial(var, split, names[1], "welford_var", dtype)     # population variance per chunk
-    chunks = Const(float(split.count), dtype)
+    chunks = _size_value(split.count, dtype)
 
     def mean_body(load, _):
         return Op("div", (load(partial_mean), chunks), dtype)
     # the fp32 mean the variance combines with (the user's mean may be rounded to bf16)
     total_mean = _combine(var, split, names[2], "sum", dtype, mean_body)
-    scale = Const(count / (split.count * (count - var.correction)), dtype)
+    if is_symbolic(count) or is_symbolic(split.count):
+        # count / (chunks * (count - correction)), computed in the kernel from the sizes
+        n = _size_value(count, dtype)
+        scale = Op("div", (n, Op("mul", (chunks, Op("sub", (n, Const(var.correction, dtype)), dtype)), dtype)), dtype)
+    else:
+        scale = Const(count / (split.count * (count - var.correction)), dtype)
 
     def var_body(load, kept_index):
         spread = Op("sub", (load(partial_mean), Load(total_mean.name, kept_index, dtype)), dtype)
@@ -188,3 +256,8 @@ def _split_welford(var: ir.Reduction, mean: ir.Reduction | None, split: _Split, 
         nodes.append(_combine(mean, split, mean.name, "sum", mean.dtype, mean_body))
     nodes.append(_combine(var, split, var.name, "sum", var.dtype, var_body))
     return nodes
+
+
+def _size_value(size, dtype: torch.dtype) -> ir.Expr:
+    """A size as a value of ``dtype`` in a kernel body: a constant, or read from the size arguments."""
+    return IndexValue(ir.const_index(size), dtype) if is_symbolic(size) else Const(float(size), dtype)

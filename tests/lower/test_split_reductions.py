@@ -140,3 +140,41 @@ def test_partials_of_a_column_reduction_keep_rows_adjacent(fn, make, columns):
         assert int(outer.split(",")[-1]) == columns, kernel
         rblock = int(kernel.split("RBLOCK=")[1].split(" ")[0].rstrip(","))
         assert rblock <= 64, kernel
+
+
+SYMBOLIC_CASES = [
+    ("channel_stats", channel_stats, lambda n: (torch.randn(n, 3, 16, 12) + 2.0,)),
+    ("var_mean", channel_var_mean, lambda n: (torch.randn(n, 3, 16, 12) + 2.0,)),
+    ("var_mean_bf16", channel_var_mean, lambda n: (torch.randn(n, 3, 16, 12, dtype=torch.bfloat16) + 2.0,)),
+    ("batch_norm_train", batch_norm_train,
+     lambda n: (torch.randn(n, 3, 16, 12) * 3 + 1, torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5)),
+    ("column_sums", column_sums, lambda n: (torch.randn(n, 128, 6),)),
+]
+
+
+SYMBOLIC_TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1.6e-2, 1e-2)}
+
+
+@pytest.mark.parametrize("options", [{}, {"cpu_backend": "triton"}], ids=["cpp", "triton"])
+@pytest.mark.parametrize("name, fn, make", SYMBOLIC_CASES, ids=[c[0] for c in SYMBOLIC_CASES])
+def test_split_reduction_with_symbolic_sizes(name, fn, make, options):
+    """With every size symbolic the split is still taken (a symbolic reduced dim becomes a chunk
+    dim whole; the Welford combine reads the counts from the sizes), one compile serves every
+    size, and the results are eager's at sizes other than the one compiled for."""
+    if options:
+        pytest.importorskip("triton")
+    compiled = ember.compile(fn, dynamic=True, options={**options, "fallback": "error"})
+    for n in (8, 5, 2, 13):
+        inputs = make(n)
+        expected_inputs = [t.clone() for t in inputs]
+        expected = fn(*expected_inputs)
+        out = compiled(*inputs)
+        for a, e in zip(out, expected):      # sums of up to 1664 values in another order
+            rtol, atol = SYMBOLIC_TOL.get(e.dtype, (0, 0))
+            torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
+        for a, e in zip(inputs, expected_inputs):
+            torch.testing.assert_close(a, e)
+    events = compiled._ember_captured.events
+    assert len(events) == 1, [e.recompile_reason for e in events]
+    source = events[0].compiled.source
+    assert "(split, stage 1)" in source and "s0" in source, source

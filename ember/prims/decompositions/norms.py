@@ -10,6 +10,7 @@ import torch
 from ember.prims import ops
 from ember.prims.registry import register
 from ember.prims.values import Value, is_tensor
+from ember.symbolic import is_symbolic
 
 F = torch.nn.functional
 
@@ -89,7 +90,10 @@ def _update_running_stats(running_mean: Value, running_var: Value | None, averag
     if momentum is None:
         raise TypeError("batch_norm(): argument 'momentum' must be float, not NoneType")
     factor = momentum
-    unbiased = variance * (count / (count - 1)) if not isinstance(count, int) or count > 1 else variance
+    if is_symbolic(count):     # at least 2 (sizes 0 and 1 are specialised); read at run time
+        unbiased = variance * count / (count - 1)
+    else:
+        unbiased = variance * (count / (count - 1)) if count > 1 else variance
     ops.mutate(running_mean, ops.upcast(running_mean) * (1 - factor) + average * factor)
     if running_var is not None and is_tensor(running_var):
         ops.mutate(running_var, ops.upcast(running_var) * (1 - factor) + unbiased * factor)
