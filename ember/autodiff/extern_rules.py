@@ -578,21 +578,50 @@ _CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention
 _CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward
 
 
-def _flash_grads(grad: Any, q: Any, k: Any, v: Any, is_causal: bool, scale: Any) -> tuple:
+_EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention
+_EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_backward
+
+
+def _flash_grads(grad: Any, q: Any, k: Any, v: Any, bias: Any, is_causal: bool, scale: Any) -> tuple:
     out, logsumexp, cum_q, cum_k, max_q, max_k, rng_state, unused, _ = \
         _FLASH_FORWARD(q, k, v, 0.0, is_causal, False, scale=scale)
     return _FLASH_BACKWARD(_like(grad, out), q, k, v, out, logsumexp, cum_q, cum_k, max_q, max_k, 0.0, is_causal,
                            rng_state, unused, scale=scale)
 
 
-def _cudnn_grads(grad: Any, q: Any, k: Any, v: Any, is_causal: bool, scale: Any) -> tuple:
+def _cudnn_grads(grad: Any, q: Any, k: Any, v: Any, bias: Any, is_causal: bool, scale: Any) -> tuple:
     out, logsumexp, cum_q, cum_k, max_q, max_k, seed, offset, _ = \
-        _CUDNN_FORWARD(q, k, v, None, True, 0.0, is_causal, False, scale=scale)
-    return _CUDNN_BACKWARD(_like(grad, out), q, k, v, out, logsumexp, seed, offset, None, cum_q, cum_k, max_q, max_k,
+        _CUDNN_FORWARD(q, k, v, bias, True, 0.0, is_causal, False, scale=scale)
+    return _CUDNN_BACKWARD(_like(grad, out), q, k, v, out, logsumexp, seed, offset, bias, cum_q, cum_k, max_q, max_k,
                            0.0, is_causal, scale=scale)
 
 
-_FUSED_GRADS = {_BACKENDS.FLASH_ATTENTION.value: _flash_grads, _BACKENDS.CUDNN_ATTENTION.value: _cudnn_grads}
+def _efficient_grads(grad: Any, q: Any, k: Any, v: Any, bias: Any, is_causal: bool, scale: Any) -> tuple:
+    out, logsumexp, seed, offset = _EFFICIENT_FORWARD(q, k, v, bias, True, 0.0, is_causal, scale=scale)
+    dq, dk, dv, _ = _EFFICIENT_BACKWARD(_like(grad, out), q, k, v, bias, out, logsumexp, seed, offset, 0.0,
+                                        [True, True, True, False], is_causal, scale=scale)
+    return dq, dk, dv
+
+
+# flash takes no mask: it is only called for unmasked attention
+_FUSED_GRADS = {_BACKENDS.FLASH_ATTENTION.value: _flash_grads, _BACKENDS.CUDNN_ATTENTION.value: _cudnn_grads,
+                _BACKENDS.EFFICIENT_ATTENTION.value: _efficient_grads}
+_BIAS_ALIGNMENT = 16
+
+
+def _attention_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """A mask as eager's SDPA front end hands it to the fused kernels: a bool mask becomes an
+    additive bias of q's dtype (0 where kept, -inf where masked), the key dim is padded to an
+    aligned row stride (the padding sliced off again), and it is expanded to (B, H, L, S)."""
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=mask.device).masked_fill_(mask.logical_not(), -math.inf)
+    length = mask.shape[-1]
+    if length % _BIAS_ALIGNMENT or mask.stride(-1) != 1:
+        padded = torch.zeros((*mask.shape[:-1], -(-length // _BIAS_ALIGNMENT) * _BIAS_ALIGNMENT),
+                             dtype=mask.dtype, device=mask.device)
+        padded[..., :length] = mask
+        mask = padded[..., :length]
+    return mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
 
 
 def _like(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -611,9 +640,11 @@ def _fused_attention_backward(template: tuple, inputs: list[Any], grads: tuple, 
     the forward op that also returns the log-sum-exp, then its backward op.  Re-running
     F.scaled_dot_product_attention under autograd and calling torch.autograd.grad cost 0.85 ms
     of host time per layer (BERT-base: 10 ms of a 25 ms training step on an H100 host).  Only
-    where eager's dispatcher itself picks flash or cuDNN for these tensors, with no mask, no
-    dropout and equal head dims that are a multiple of 8 (so its front end would pass them
-    unchanged); None otherwise (the caller re-runs under autograd)."""
+    where eager's dispatcher itself picks flash, cuDNN or memory-efficient attention for these
+    tensors, with no dropout and equal head dims that are a multiple of 8 (so its front end would
+    pass them unchanged); a mask (GPT-2's and Llama's causal bool masks) goes to cuDNN or
+    memory-efficient attention as the bias eager's front end makes of it.  None otherwise (the
+    caller re-runs under autograd)."""
     try:
         call = _ATTENTION_SIGNATURE.bind(*template[0], **template[1])
     except TypeError:
@@ -624,24 +655,32 @@ def _fused_attention_backward(template: tuple, inputs: list[Any], grads: tuple, 
             call.arguments["dropout_p"], call.arguments["is_causal"], call.arguments["scale"])):
         return None
     q, k, v = (inputs[slot.index] for slot in where)
-    is_causal, scale = call.arguments["is_causal"], call.arguments["scale"]
+    is_causal, scale, mask = call.arguments["is_causal"], call.arguments["scale"], call.arguments["attn_mask"]
+    if isinstance(mask, _Slot):
+        mask = inputs[mask.index]
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.stride(-1) == 1 for t in (q, k, v)) or \
-            q.device.type not in FUSED_BACKWARD_DEVICES or call.arguments["attn_mask"] is not None or \
+            q.device.type not in FUSED_BACKWARD_DEVICES or not (mask is None or _usable_mask(mask, q)) or \
             call.arguments["dropout_p"] != 0 or call.arguments["enable_gqa"] or not isinstance(is_causal, bool) or \
             q.shape[-1] != v.shape[-1] or q.shape[-1] % 8 or len(grads) != 1 or tuple(grad_items) != (0,) or \
             not isinstance(grads[0], torch.Tensor) or any(i not in {slot.index for slot in where} for i in wanted):
         return None
     # eager chose its kernel for tensors that require grad (some backends are excluded then)
-    choice = _SDP_CHOICE(*(t.detach().requires_grad_() for t in (q, k, v)), None, 0.0, is_causal, scale=scale)
+    choice = _SDP_CHOICE(*(t.detach().requires_grad_() for t in (q, k, v)), mask, 0.0, is_causal, scale=scale)
     fused_grads = _FUSED_GRADS.get(choice)
-    if fused_grads is None:
+    if fused_grads is None or (mask is not None and fused_grads is _flash_grads):
         return None
-    dq, dk, dv = fused_grads(grads[0], q, k, v, is_causal, scale)
+    bias = None if mask is None else _attention_bias(mask, q, k)
+    dq, dk, dv = fused_grads(grads[0], q, k, v, bias, is_causal, scale)
     # per slot, as autograd gives them (one slot passed as both q and k: dq + dk)
     by_slot: dict[int, torch.Tensor] = {}
     for slot, grad_of in zip(where, (dq, dk, dv)):
         by_slot[slot.index] = by_slot[slot.index] + grad_of if slot.index in by_slot else grad_of
     return [by_slot[i] for i in wanted]
+
+
+def _usable_mask(mask: Any, q: torch.Tensor) -> bool:
+    """A mask the direct path passes on: bool, or a bias of q's dtype, broadcastable to 4 dims."""
+    return isinstance(mask, torch.Tensor) and mask.dim() <= 4 and (mask.dtype in (torch.bool, q.dtype))
 
 
 def _fresh(grad: torch.Tensor | None, like: torch.Tensor, given: set[int]) -> torch.Tensor:

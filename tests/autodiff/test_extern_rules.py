@@ -630,3 +630,75 @@ def test_attention_backward_calls_the_flash_kernels_directly(case, monkeypatch):
         else:
             torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
     assert calls == [case == "causal"], "the backward did not call the flash kernels"
+
+
+@pytest.mark.parametrize("case", ["bool_2d", "bool_4d_causal", "float_bias", "self_attention_bool"])
+def test_masked_attention_backward_calls_the_efficient_kernels_directly(case, monkeypatch):
+    """A masked attention's backward on CUDA calls eager's memory-efficient forward (with its
+    log-sum-exp) and backward ops with the bias eager's front end makes of the mask: q's dtype,
+    -inf where a bool mask is False, rows padded to an aligned stride, expanded to (B, H, L, S).
+    The CPU stands in math kernels that check that bias; the gradients must be eager's."""
+    import ember
+    import torch.nn.functional as F
+    from ember.prims.decompositions import attention
+    calls = []
+
+    def check_bias(q, k, bias):
+        assert bias.dtype == q.dtype and bias.shape == (*q.shape[:3], k.shape[2]), (bias.dtype, bias.shape)
+        assert bias.stride(-1) == 1 and bias.stride(-2) % 16 == 0, bias.stride()
+
+    def forward(q, k, v, bias, compute_logsumexp, dropout_p, is_causal, scale=None):
+        check_bias(q, k, bias)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=is_causal, scale=scale)
+        return out, torch.empty(0), torch.empty(0), torch.empty(0)
+
+    def backward(grad, q, k, v, bias, out, logsumexp, seed, offset, dropout_p, grad_input_mask, is_causal,
+                 scale=None):
+        check_bias(q, k, bias)
+        calls.append(case)
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        with torch.enable_grad():
+            again = F.scaled_dot_product_attention(*leaves, attn_mask=bias, is_causal=is_causal, scale=scale)
+            return (*torch.autograd.grad(again, leaves, grad), None)
+    monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(extern_rules, "FUSED_BACKWARD_DEVICES", {"cpu"})
+    efficient = torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION.value
+    monkeypatch.setattr(extern_rules, "_SDP_CHOICE", lambda *args, **kwargs: efficient)
+    monkeypatch.setattr(extern_rules, "_EFFICIENT_FORWARD", forward)
+    monkeypatch.setattr(extern_rules, "_EFFICIENT_BACKWARD", backward)
+    monkeypatch.setattr(attention, "_cpu_flash_for_training", lambda *args: False)
+    L, S = 6, 6
+    if case == "bool_2d":
+        mask = torch.rand(L, S) > 0.3
+        mask[:, 0] = True
+
+        def fn(q, k, v, m):
+            return F.scaled_dot_product_attention(q.sin(), k.cos(), v * 3, attn_mask=m)
+    elif case == "bool_4d_causal":
+        mask = torch.rand(2, 1, L, S) > 0.3
+
+        def fn(q, k, v, m):
+            return F.scaled_dot_product_attention(q.sin(), k, v, attn_mask=m, is_causal=False, scale=0.4)
+    elif case == "float_bias":
+        mask = torch.randn(1, 3, L, S)
+
+        def fn(q, k, v, m):
+            return F.scaled_dot_product_attention(q * 2, k, v, attn_mask=m)
+    else:
+        mask = torch.tril(torch.ones(L, S, dtype=torch.bool))
+
+        def fn(q, k, v, m):
+            y = q * 2
+            return F.scaled_dot_product_attention(y, y, y, attn_mask=m)
+    inputs = [randn(2, 3, L, 8) for _ in range(3)]
+    eager_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    ember_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    weight = torch.rand(2, 3, L, 8)
+    (fn(*eager_inputs, mask) * weight).sum().backward()
+    (ember.compile(fn, options={"fallback": "error"})(*ember_inputs, mask) * weight).sum().backward()
+    for a, e in zip(ember_inputs, eager_inputs):
+        if e.grad is None:
+            assert a.grad is None
+        else:
+            torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
+    assert calls == [case], "the backward did not call the memory-efficient kernels"
