@@ -16,6 +16,7 @@ import functools
 import inspect
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,11 +24,12 @@ import torch
 
 from ember.autodiff.rules import EXTERN_RULES, extern_vjp_rule, needs_input_grad
 from ember.errors import CompileError
-from ember.graph import TensorMeta, contiguous_strides, target_name, tree_leaves, tree_map
+from ember.graph import TensorMeta, contiguous_strides, dense_strides_like, target_name, tree_leaves, tree_map
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.decompositions import attention
 from ember.prims.values import Value, constant_tensor, emit_with_meta, is_tensor
+from ember.symbolic import hint_of
 
 F = torch.nn.functional
 T = torch.Tensor
@@ -537,17 +539,20 @@ class AutogradBackward:
         self.grad_items = grad_items
         self.wanted = wanted
         self.__name__ = f"autograd_vjp_{target_name(target)}"
+        # SDPA's arguments by name (slots and constants), bound once rather than per call
+        self.attention = _bind_attention(template) if target in _FUSED_ATTENTION else None
 
     def __call__(self, *values: Any) -> tuple[torch.Tensor, ...]:
         grads, inputs = values[:len(self.grad_items)], list(values[len(self.grad_items):])
-        if any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in inputs):
-            return tuple(torch.empty(inputs[i].shape, dtype=inputs[i].dtype, device="meta") for i in self.wanted)
         unit_last_stride = self.target in _FUSED_ATTENTION
-        if unit_last_stride:
-            direct = _fused_attention_backward(self.template, inputs, grads, self.grad_items, self.wanted)
+        if any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in inputs):
+            return tuple(torch.empty_strided(inputs[i].shape, grad_strides(self.target, inputs[i].shape, inputs[i].stride()),
+                                             dtype=inputs[i].dtype, device="meta") for i in self.wanted)
+        if self.attention is not None:
+            direct = _fused_attention_backward(self.attention, inputs, grads, self.grad_items, self.wanted)
             if direct is not None:
                 given = {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
-                return tuple(_fresh(g, inputs[i], given) for g, i in zip(direct, self.wanted))
+                return tuple(_fresh(g, inputs[i], given, self.target) for g, i in zip(direct, self.wanted))
         for i, value in enumerate(inputs):
             if isinstance(value, torch.Tensor):
                 if unit_last_stride and value.dim() and value.stride(-1) != 1:
@@ -565,7 +570,7 @@ class AutogradBackward:
         found = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True) \
             if pairs else [None] * len(wanted)
         given = {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
-        return tuple(_fresh(g, x, given) for g, x in zip(found, wanted))
+        return tuple(_fresh(g, x, given, self.target) for g, x in zip(found, wanted))
 
 
 FUSED_BACKWARD_DEVICES = {"cuda"}
@@ -609,6 +614,28 @@ _FUSED_GRADS = {_BACKENDS.FLASH_ATTENTION.value: _flash_grads, _BACKENDS.CUDNN_A
 _BIAS_ALIGNMENT = 16
 
 
+class _BiasCache:
+    """The bias of the mask seen last: the layers of one backward share one mask tensor (GPT-2's
+    causal mask, computed once), so it is converted once per step, not once per layer.  The
+    mask is held by a weak reference and its version counter is compared, so neither a freed
+    mask whose memory comes back nor an in-place change can hand out a stale bias."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.bias: torch.Tensor | None = None
+
+    def get(self, mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        key = (mask._version, q.dtype, q.shape[:3], k.shape[2])
+        if self.key is not None and self.key[0]() is mask and self.key[1:] == key:
+            return self.bias
+        bias = _attention_bias(mask, q, k)
+        self.key, self.bias = (weakref.ref(mask, self._forget), *key), bias
+        return bias
+
+    def _forget(self, _: Any) -> None:
+        self.key = self.bias = None
+
+
 def _attention_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """A mask as eager's SDPA front end hands it to the fused kernels: a bool mask becomes an
     additive bias of q's dtype (0 where kept, -inf where masked), the key dim is padded to an
@@ -624,6 +651,9 @@ def _attention_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tor
     return mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
 
 
+_BIASES = _BiasCache()
+
+
 def _like(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """The output gradient in the output's layout (what eager's autograd hands these kernels)."""
     if grad.stride() == out.stride():
@@ -634,7 +664,17 @@ def _like(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 _ATTENTION_SIGNATURE = inspect.signature(attention.sdpa_signature)
 
 
-def _fused_attention_backward(template: tuple, inputs: list[Any], grads: tuple, grad_items: tuple[int, ...],
+def _bind_attention(template: tuple) -> dict | None:
+    """SDPA's arguments by name, defaults filled in (Values as their slots); None if they do not bind."""
+    try:
+        call = _ATTENTION_SIGNATURE.bind(*template[0], **template[1])
+    except TypeError:
+        return None
+    call.apply_defaults()
+    return dict(call.arguments)
+
+
+def _fused_attention_backward(arguments: dict | None, inputs: list[Any], grads: tuple, grad_items: tuple[int, ...],
                               wanted: tuple[int, ...]) -> list[torch.Tensor] | None:
     """dq, dk, dv (for the ``wanted`` slots) from eager's fused attention kernels called directly:
     the forward op that also returns the log-sum-exp, then its backward op.  Re-running
@@ -644,23 +684,20 @@ def _fused_attention_backward(template: tuple, inputs: list[Any], grads: tuple, 
     tensors, with no dropout and equal head dims that are a multiple of 8 (so its front end would
     pass them unchanged); a mask (GPT-2's and Llama's causal bool masks) goes to cuDNN or
     memory-efficient attention as the bias eager's front end makes of it.  None otherwise (the
-    caller re-runs under autograd)."""
-    try:
-        call = _ATTENTION_SIGNATURE.bind(*template[0], **template[1])
-    except TypeError:
+    caller re-runs under autograd).  ``arguments``: SDPA's, bound by ``_bind_attention``."""
+    if arguments is None:
         return None
-    call.apply_defaults()
-    where = [call.arguments[name] for name in ("query", "key", "value")]     # their slots
+    where = [arguments[name] for name in ("query", "key", "value")]     # their slots
     if not all(isinstance(slot, _Slot) for slot in where) or any(isinstance(a, _Slot) for a in (
-            call.arguments["dropout_p"], call.arguments["is_causal"], call.arguments["scale"])):
+            arguments["dropout_p"], arguments["is_causal"], arguments["scale"])):
         return None
     q, k, v = (inputs[slot.index] for slot in where)
-    is_causal, scale, mask = call.arguments["is_causal"], call.arguments["scale"], call.arguments["attn_mask"]
+    is_causal, scale, mask = arguments["is_causal"], arguments["scale"], arguments["attn_mask"]
     if isinstance(mask, _Slot):
         mask = inputs[mask.index]
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.stride(-1) == 1 for t in (q, k, v)) or \
             q.device.type not in FUSED_BACKWARD_DEVICES or not (mask is None or _usable_mask(mask, q)) or \
-            call.arguments["dropout_p"] != 0 or call.arguments["enable_gqa"] or not isinstance(is_causal, bool) or \
+            arguments["dropout_p"] != 0 or arguments["enable_gqa"] or not isinstance(is_causal, bool) or \
             q.shape[-1] != v.shape[-1] or q.shape[-1] % 8 or len(grads) != 1 or tuple(grad_items) != (0,) or \
             not isinstance(grads[0], torch.Tensor) or any(i not in {slot.index for slot in where} for i in wanted):
         return None
@@ -669,7 +706,7 @@ def _fused_attention_backward(template: tuple, inputs: list[Any], grads: tuple, 
     fused_grads = _FUSED_GRADS.get(choice)
     if fused_grads is None or (mask is not None and fused_grads is _flash_grads):
         return None
-    bias = None if mask is None else _attention_bias(mask, q, k)
+    bias = None if mask is None else _BIASES.get(mask, q, k)
     dq, dk, dv = fused_grads(grads[0], q, k, v, bias, is_causal, scale)
     # per slot, as autograd gives them (one slot passed as both q and k: dq + dk)
     by_slot: dict[int, torch.Tensor] = {}
@@ -683,12 +720,24 @@ def _usable_mask(mask: Any, q: torch.Tensor) -> bool:
     return isinstance(mask, torch.Tensor) and mask.dim() <= 4 and (mask.dtype in (torch.bool, q.dtype))
 
 
-def _fresh(grad: torch.Tensor | None, like: torch.Tensor, given: set[int]) -> torch.Tensor:
-    """A contiguous gradient in memory of its own (autograd may hand back grad_outputs itself)."""
+def _fresh(grad: torch.Tensor | None, like: torch.Tensor, given: set[int], target: Any) -> torch.Tensor:
+    """A gradient in the layout ``grad_strides`` declares, in memory of its own (autograd may
+    hand back grad_outputs itself)."""
+    strides = grad_strides(target, like.shape, like.stride())
     if grad is None or grad._is_zerotensor():     # autograd's storage-less zeros (sgn of a real input)
-        return torch.zeros(like.shape, dtype=like.dtype, device=like.device)
-    grad = grad.contiguous()
+        return torch.empty_strided(like.shape, strides, dtype=like.dtype, device=like.device).zero_()
+    if grad.stride() != strides and grad.numel() > 1:
+        return torch.empty_strided(like.shape, strides, dtype=grad.dtype, device=grad.device).copy_(grad)
     return grad.clone() if grad.untyped_storage().data_ptr() in given else grad
+
+
+def grad_strides(target: Any, shape: Sequence[Any], stride: Sequence[Any]) -> tuple:
+    """The layout of the gradients an AutogradBackward returns: contiguous, except for attention,
+    whose fused kernels give dq, dk, dv dense in the dim order of q, k, v (B, L, H, D when they
+    are head views of one projection): making those contiguous was a copy per tensor per layer."""
+    if target not in _FUSED_ATTENTION:
+        return contiguous_strides(shape)
+    return dense_strides_like(shape, [hint_of(n) for n in shape], [hint_of(s) for s in stride])
 
 
 def _contiguous_meta(shape: Sequence[Any], dtype: torch.dtype, device: torch.device) -> TensorMeta:
@@ -713,7 +762,8 @@ def autograd_vjp(target: Any) -> Callable[..., tuple]:
         if not wanted or not grad_items:
             return _per_position(args, {})
         helper = AutogradBackward(target, template, grad_items, tuple(wanted))
-        metas = tuple(_contiguous_meta(values[i].shape, values[i].dtype, values[i].device) for i in wanted)
+        metas = tuple(TensorMeta(tuple(values[i].shape), grad_strides(target, values[i].shape, values[i].meta.stride),
+                                 values[i].dtype, values[i].device) for i in wanted)
         grads = emit_with_meta(helper, metas, tuple(grad_leaves[i] for i in grad_items) + tuple(values), {})
         return _per_position(args, dict(zip(wanted, grads)))
     rule.__name__ = f"autograd_vjp_{target_name(target)}"

@@ -198,7 +198,9 @@ class _Lowering:
         self.nodes[name] = ir.Extern(name, (), torch.float32, fn, args, kwargs,
                                      source=node.source_line or "")
         meta = node.meta
-        if fn in _LAYOUT_PROBED_EXTERNS and isinstance(meta, TensorMeta) and meta.device.type == "cpu":
+        if fn in _ATTENTION and isinstance(meta, TensorMeta) and meta.device.type in FUSED_ATTENTION_DEVICES:
+            meta = self.attention_output_layout(args, kwargs, meta)
+        elif fn in _LAYOUT_PROBED_EXTERNS and isinstance(meta, TensorMeta) and meta.device.type == "cpu":
             meta = self.probe_output_layout(fn, args, kwargs, meta)
         if isinstance(meta, TensorMeta) and (fn in _CONVOLUTIONS or self.channels_last and _is_pooling(fn)):
             meta = self.convolution_output_layout(args, meta)
@@ -255,6 +257,20 @@ class _Lowering:
             return dataclasses.replace(meta, stride=dense_strides_like(meta.shape, hints, tuple(result.stride())),
                                        storage_offset=0)
         return dataclasses.replace(meta, stride=tuple(result.stride()), storage_offset=result.storage_offset())
+
+    def attention_output_layout(self, args: Any, kwargs: Any, meta: TensorMeta) -> TensorMeta:
+        """CUDA's fused attention returns its output dense in q's dim order: cuDNN matches q's
+        layout, flash and memory-efficient attention write (B, L, H, D), which is q's order when
+        q is a head view of a (B, L, H * D) projection (every Hugging Face model).  The meta
+        device says contiguous: a copy per layer in the wrapper.  A wrong guess costs that copy,
+        never a wrong result."""
+        query = args[0] if args else kwargs.get("query")
+        layout = self.argument_strides(query) if isinstance(query, ir.BufferRef) else None
+        if layout is None or len(meta.shape) != 4:
+            return meta
+        shape, strides = layout
+        return dataclasses.replace(meta, stride=dense_strides_like(
+            meta.shape, [hint_of(n) for n in shape], [hint_of(s) for s in strides]), storage_offset=0)
 
     # ---------------------------------------------------- extern argument layouts
     def argument_strides(self, ref: ir.BufferRef) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -539,6 +555,8 @@ _LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
 
 
 _ATTENTION = {torch.nn.functional.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default}
+# where SDPA runs fused kernels whose output is dense in q's dim order (attention_output_layout)
+FUSED_ATTENTION_DEVICES = {"cuda"}
 _CONVOLUTION_BACKWARDS = {torch.ops.aten.convolution_backward, torch.ops.aten.convolution_backward.default}
 # where graphs with 2-D convolutions run them (and the 4-D values around them) channels-last
 CHANNELS_LAST_DEVICES = {"cuda"}

@@ -702,3 +702,35 @@ def test_masked_attention_backward_calls_the_efficient_kernels_directly(case, mo
         else:
             torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
     assert calls == [case], "the backward did not call the memory-efficient kernels"
+
+
+def test_attention_bias_is_made_once_per_mask_and_never_stale():
+    """The layers of one backward share a mask: its bias is converted once.  An in-place change
+    of the mask, another dtype or a mask that died (its memory may come back) makes a new one."""
+    cache = extern_rules._BiasCache()
+    q = k = randn(2, 3, 5, 8)
+    mask = torch.rand(5, 5) > 0.5
+    first = cache.get(mask, q, k)
+    assert cache.get(mask, q, k) is first
+    torch.testing.assert_close(first[0, 0], torch.where(mask, 0.0, float("-inf")))
+    mask.logical_not_()
+    changed = cache.get(mask, q, k)
+    assert changed is not first
+    torch.testing.assert_close(changed[1, 2], torch.where(mask, 0.0, float("-inf")))
+    assert cache.get(mask, q.double(), k.double()).dtype == torch.float64
+    del mask
+    assert cache.key is None and cache.bias is None
+
+
+def test_attention_gradients_keep_the_layout_of_q_k_v():
+    """dq, dk, dv are declared (and made) dense in the dim order of q, k, v: head views of one
+    (B, L, 3, H, D) projection get (B, L, H, D)-ordered gradients, as the fused kernels give
+    them, instead of a contiguous copy each; other targets' gradients stay contiguous."""
+    import torch.nn.functional as F
+    qkv = randn(2, 7, 3, 4, 8)
+    q = qkv.permute(2, 0, 3, 1, 4)[0]
+    assert extern_rules.grad_strides(F.scaled_dot_product_attention, q.shape, q.stride()) == (224, 8, 32, 1)
+    assert extern_rules.grad_strides(torch.cumsum, q.shape, q.stride()) == (224, 56, 8, 1)
+    given = randn(2, 4, 7, 8)                           # contiguous: copied into the declared layout
+    fresh = extern_rules._fresh(given, q, set(), F.scaled_dot_product_attention)
+    assert fresh.stride() == (224, 8, 32, 1) and torch.equal(fresh, given)

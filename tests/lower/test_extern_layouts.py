@@ -104,3 +104,24 @@ def test_permuted_layer_norm_block_keeps_eager_layouts():
     assert f"{residual} = torch.empty_strided((2, 8, 6, 6), (288, 1, 48, 8)" in source, source
     # its channels-last result is predicted (the meta device says contiguous): no re-layout copy
     assert ".stride() != (288, 1, 48, 8)" in source.split(convs[1])[1].split("\n")[1], source
+
+
+def test_fused_attention_output_is_planned_in_the_dim_order_of_q(monkeypatch):
+    """Where SDPA runs fused kernels (CUDA), its output is planned dense in q's dim order: head
+    views of one (B, T, 3, H, D) projection give a (B, T, H, D)-ordered output, as cuDNN, flash
+    and memory-efficient attention write it (planned contiguous, each layer paid a copy).  The
+    CPU stands in here; its kernel's other layout is fixed up by the wrapper, so results stay
+    eager's either way."""
+    from ember.lower import lowering
+    monkeypatch.setattr(lowering, "FUSED_ATTENTION_DEVICES", {"cpu"})
+    monkeypatch.setattr(lowering, "_LAYOUT_PROBED_EXTERNS", set())     # the CPU's own probe finds it too
+
+    def f(x, w):
+        q, k, v = (x @ w).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, H * D).sin()
+    compiled, sources = compile_recording(f)
+    g = torch.Generator().manual_seed(0)
+    inputs = (torch.randn(B, T, H * D, generator=g), torch.randn(H * D, 3 * H * D, generator=g))
+    torch.testing.assert_close(compiled(*inputs), f(*inputs))
+    planned = re.search(r"scaled_dot_product_attention_out\.stride\(\) != (\([^)]*\))", sources[0])
+    assert planned and planned.group(1) == f"({T * H * D}, {D}, {H * D}, 1)", sources[0]
