@@ -603,8 +603,13 @@ def _outer_vars_in_memory_order(kernel: FusedKernel, buffers: dict[str, BufferPl
                 stride_of[v].append(abs(coefficients.get(v, 0)))
     if not any(stride_of[v] for v in outer):
         return outer
-    # biggest stride first (outermost); stable, so equal strides keep the logical order
-    return tuple(sorted(outer, key=lambda v: [-s for s in stride_of[v]]))
+    # biggest stride first (outermost); stable, so equal strides keep the logical order.  A loop
+    # of one iteration strides nowhere: outermost, never the innermost (vectorized) loop
+    return tuple(sorted(outer, key=lambda v: (not _single(v), [-s for s in stride_of[v]])))
+
+
+def _single(v: Var) -> bool:
+    return isinstance(v.size, int) and v.size == 1
 
 
 def _map_shape(shape: tuple[int, ...], outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> tuple[Index, ...]:

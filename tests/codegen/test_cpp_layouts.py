@@ -70,3 +70,26 @@ def test_iota_full_and_runtime_scalar_input():
     out = compiled(xv, 4.0)
     torch.testing.assert_close(out[0], xv * torch.arange(5.0) + 3)
     torch.testing.assert_close(out[1], xv * 4.0)
+
+
+def test_a_size_one_dim_is_never_the_vectorized_loop():
+    """A batch of 1 (decoding: (1, H, T, D) caches) puts its loop outermost: as the innermost loop
+    (its stores' stride is 0) it took the `omp simd` pragma with one iteration, and the real
+    contiguous dim ran scalar (a KV-cache cat 6x slower than it is now)."""
+    import re
+
+    import ember
+    from recording import compile_recording
+
+    def grow(cache, new):
+        return torch.cat([cache, new], dim=2) * 2
+    compiled, sources = compile_recording(grow)
+    for length in (5, 9):
+        inputs = (torch.randn(1, 4, length, 16), torch.randn(1, 4, 1, 16))
+        torch.testing.assert_close(compiled(*inputs), grow(*inputs))
+    for source in sources:
+        simd_loops = re.findall(r"#pragma omp simd\n\s*for \(int64_t \w+ = 0; \w+ < ([^;]+);", source)
+        assert simd_loops and "1" not in simd_loops, source
+    dynamic = ember.compile(grow, dynamic=True)
+    inputs = (torch.randn(1, 4, 7, 16), torch.randn(1, 4, 1, 16))
+    torch.testing.assert_close(dynamic(*inputs), grow(*inputs))
