@@ -93,6 +93,9 @@ def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOpt
         from ember.runtime import triton_build
         if not triton_build.interpreted():
             triton_build.start_compile_workers()     # up by the time the kernels are generated
+    elif _device_of(specs).type == "cpu" and options.cpu_backend != "triton":
+        from ember.runtime import cpp_build
+        cpp_build.prefetch_compile_flags()           # probed by the time the kernels are built
     try:
         prim_graph = to_prim_graph(graph, specs)
         _check_dynamic_support(prim_graph, specs)

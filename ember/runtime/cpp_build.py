@@ -9,10 +9,12 @@ rebuilt instead of failing ("invalid ELF header") or running unknown code.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -75,28 +77,121 @@ def _target_macros(flags: list[str]) -> set[str] | None:
     return {line.split()[1] for line in result.stdout.splitlines() if line.startswith("#define ")}
 
 
+_flags_lock = threading.Lock()     # guards _prefetched; one prober at a time
+
+
 @functools.cache
 def compile_flags() -> tuple[str, ...]:
     """Flags that work on this host, probed once per process and cached in a file per compiler."""
+    global _prefetched
+    with _flags_lock:
+        runs, _prefetched = _prefetched, None
+        try:
+            return _probed_flags(runs)
+        finally:
+            if runs is not None:
+                runs.close()
+
+
+def _flags_marker() -> str:
     # the probes' version in the name: a file that an older ember wrote lacks the newer probes' flags
-    marker = os.path.join(config.kernel_cache_dir(), "cpp", "flags_" + hashlib.sha256(
+    return os.path.join(config.kernel_cache_dir(), "cpp", "flags_" + hashlib.sha256(
         (compiler_version() + "\0probes 2").encode()).hexdigest()[:16] + ".txt")
+
+
+def _probed_flags(runs: _ProbeRuns | None = None) -> tuple[str, ...]:
+    marker = _flags_marker()
     if os.path.exists(marker):
         with open(marker) as f:
             flags = tuple(f.read().split())
         if set(flags) <= KNOWN_PROBED_FLAGS:   # never pass g++ flags ember did not write
             return flags
     flags = []
-    macros = _target_macros(NATIVE_FLAGS)        # -march=native can fail in odd containers
+    macros = runs.macros() if runs is not None else _target_macros(NATIVE_FLAGS)   # -march=native can fail in odd containers
     if macros is not None:
         flags += NATIVE_FLAGS
         if "__AVX2__" in macros and "__AVX512F__" not in macros:
             flags += WIDE_VECTOR_FLAGS
-    if _probe(flags + ["-DEMBER_USE_LIBMVEC"], _LIBMVEC_PROBE):
+    # the prefetched probe ran with -march=native alone: -mprefer-vector-width only tunes the code
+    # g++ emits, it does not change whether the simd declarations compile
+    if runs is not None and macros is not None:
+        libmvec = runs.libmvec_compiles()
+    else:
+        libmvec = _probe(flags + ["-DEMBER_USE_LIBMVEC"], _LIBMVEC_PROBE)
+    if libmvec:
         flags.append("-DEMBER_USE_LIBMVEC")                         # glibc >= 2.35: vector math
     os.makedirs(os.path.dirname(marker), exist_ok=True)
     _write_atomically(marker, " ".join(flags).encode())    # a concurrent reader never sees half of it
     return tuple(flags)
+
+
+class _ProbeRuns:
+    """compile_flags' two probes, started as g++ processes ahead of need (prefetch_compile_flags)
+    and read by compile_flags: about 0.08 s that then overlaps the Python stages of a first compile
+    instead of preceding its build.  Processes, not a thread: a thread waiting on g++ needs the GIL
+    after each step, which the busy compiling thread holds (it finished after the compile did)."""
+
+    def __init__(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="ember-probe-")
+        source = os.path.join(self.tmp, "probe.cpp")
+        with open(source, "w") as f:
+            f.write(_LIBMVEC_PROBE)
+        self.macros_path = os.path.join(self.tmp, "macros.txt")
+        self.processes: list[subprocess.Popen] = []
+        with open(self.macros_path, "w") as out:
+            self.processes.append(subprocess.Popen([CXX, *NATIVE_FLAGS, "-dM", "-E", "-x", "c++", os.devnull],
+                                                   stdout=out, stderr=subprocess.DEVNULL))
+        self.processes.append(subprocess.Popen(
+            [CXX, *BASE_FLAGS, *NATIVE_FLAGS, "-DEMBER_USE_LIBMVEC", source, "-o", os.path.join(self.tmp, "probe.so")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def macros(self) -> set[str] | None:
+        """As _target_macros(NATIVE_FLAGS)."""
+        if self.processes[0].wait() != 0:
+            return None
+        with open(self.macros_path) as f:
+            return {line.split()[1] for line in f.read().splitlines() if line.startswith("#define ")}
+
+    def libmvec_compiles(self) -> bool:
+        """As _probe(NATIVE_FLAGS + ["-DEMBER_USE_LIBMVEC"], _LIBMVEC_PROBE)."""
+        return self.processes[1].wait() == 0
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_prefetched: _ProbeRuns | None = None
+
+
+def prefetch_compile_flags() -> None:
+    """Start compile_flags' probes in the background unless their result is known (in this
+    process or in the cache directory's file).  A failure is left for build() to raise."""
+    global _prefetched
+    with _flags_lock:
+        if _prefetched is not None or compile_flags.cache_info().currsize:
+            return
+        try:
+            if os.path.exists(_flags_marker()):
+                return
+            _prefetched = _ProbeRuns()
+        except (OSError, CompileError):
+            return
+
+
+def _close_prefetched() -> None:
+    """At exit: probes started and never read (a process whose graphs built no kernels)."""
+    global _prefetched
+    with _flags_lock:
+        runs, _prefetched = _prefetched, None
+    if runs is not None:
+        runs.close()
+
+
+atexit.register(_close_prefetched)
 
 
 def vectorization_report(source: str) -> str | None:
