@@ -2,8 +2,6 @@
 
 PRELUDE = r"""
 #include <cstdint>
-#include <cstring>
-#include <limits>
 
 // ---- the C math library, declared here rather than through <cmath>, which took 0.25 s of each
 // 0.4 s build; the rest are g++ builtins (inline instructions where the target has them)
@@ -105,29 +103,29 @@ static inline int64_t ember_mod(int64_t a, int64_t b) { int64_t r = a % b; retur
 
 // ---- low-precision floats: stored as uint16_t, computed in float ----------
 static inline float ember_bf16_to_float(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16; float f; std::memcpy(&f, &u, 4); return f;
+  uint32_t u = static_cast<uint32_t>(h) << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
 }
 static inline uint16_t ember_float_to_bf16(float f) {  // round to nearest even, NaN stays NaN
-  uint32_t u; std::memcpy(&u, &f, 4);
+  uint32_t u; __builtin_memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
 static inline uint16_t ember_bf16_bits(float f) {  // f is a bf16 number already (NaN: a quiet one)
-  uint32_t u; std::memcpy(&u, &f, 4); return static_cast<uint16_t>(u >> 16);
+  uint32_t u; __builtin_memcpy(&u, &f, 4); return static_cast<uint16_t>(u >> 16);
 }
-static inline float ember_half_to_float(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return static_cast<float>(v); }
+static inline float ember_half_to_float(uint16_t h) { _Float16 v; __builtin_memcpy(&v, &h, 2); return static_cast<float>(v); }
 static inline uint16_t ember_float_to_half(float f) {
-  _Float16 v = static_cast<_Float16>(f); uint16_t h; std::memcpy(&h, &v, 2); return h;
+  _Float16 v = static_cast<_Float16>(f); uint16_t h; __builtin_memcpy(&h, &v, 2); return h;
 }
 // the same rounding as a store and a load, kept in 32 bits: through uint16_t g++ packed and unpacked
 // every vector (bf16 kernels ran 1.7x slower than their float32 forms)
 static inline float ember_round_bf16(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
+  uint32_t u; __builtin_memcpy(&u, &f, 4);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
   const uint32_t bits = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
-  float out; std::memcpy(&out, &bits, 4); return out;
+  float out; __builtin_memcpy(&out, &bits, 4); return out;
 }
 static inline float ember_round_half(float f) { return ember_half_to_float(ember_float_to_half(f)); }
 
@@ -182,7 +180,7 @@ static inline float ember_expf(float x) {
   const float low = x < -104.0f ? -104.0f : x;
   const float clamped = low > 88.8f ? 88.8f : low;
   const float shifted = clamped * 1.44269504088896341f + 12582912.0f;   // 1.5 * 2^23: rounds to an integer
-  int32_t n; std::memcpy(&n, &shifted, 4); n -= 0x4B400000;
+  int32_t n; __builtin_memcpy(&n, &shifted, 4); n -= 0x4B400000;
   const float k = shifted - 12582912.0f;
   const float r = (clamped - k * 0.693359375f) - k * -2.12194440e-4f;   // clamped - k ln 2, in two parts
   float p = 1.9875691500e-4f;
@@ -195,7 +193,7 @@ static inline float ember_expf(float x) {
   const int32_t half = n >> 1;
   const int32_t bits_low = (half + 127) << 23, bits_high = (n - half + 127) << 23;
   float scale_low, scale_high;
-  std::memcpy(&scale_low, &bits_low, 4); std::memcpy(&scale_high, &bits_high, 4);
+  __builtin_memcpy(&scale_low, &bits_low, 4); __builtin_memcpy(&scale_high, &bits_high, 4);
   return p * scale_low * scale_high;
 }
 
