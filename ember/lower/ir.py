@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from ember.symbolic import SymInt, as_size, exact_quotient
+from ember.symbolic import SymInt, as_size, exact_quotient, known_equal
 
 # ============================================================ index expressions
 
@@ -128,7 +128,7 @@ class Index:
         if len(merged) >= 2 and any(isinstance(a, ModIndex) for a in merged):
             const += _merge_div_mod(merged)
         self.terms: tuple[tuple[Atom, int], ...] = tuple(
-            sorted(((a, c) for a, c in merged.items() if c != 0), key=lambda t: _atom_order(t[0])))
+            sorted(((a, c) for a, c in merged.items() if not known_equal(c, 0)), key=lambda t: _atom_order(t[0])))
         self.const = as_size(const)
         self._hash = hash((self.terms, self.const))
 
@@ -212,17 +212,18 @@ class Index:
     def __floordiv__(self, d: int) -> Index:
         assert isinstance(d, (int, SymInt)) and d > 0
         d = as_size(d)
-        if d == 1:
+        if known_equal(d, 1):
             return self
         quotient, rest = self._split(d)
         lo, hi = rest.bounds()
         if lo >= 0 and hi < d:
             return quotient
-        if len(rest.terms) == 1 and rest.const == 0 and rest.terms[0][1] == 1 and isinstance(rest.terms[0][0], FloorDiv):
+        single = len(rest.terms) == 1 and known_equal(rest.const, 0) and known_equal(rest.terms[0][1], 1)
+        if single and isinstance(rest.terms[0][0], FloorDiv):
             inner = rest.terms[0][0]
             return quotient + inner.arg // (inner.divisor * d)
-        if len(rest.terms) == 1 and rest.const == 0 and rest.terms[0][1] == 1 and \
-                isinstance(rest.terms[0][0], ModIndex) and rest.terms[0][0].divisor % d == 0:
+        if single and isinstance(rest.terms[0][0], ModIndex) and \
+                exact_quotient(rest.terms[0][0].divisor, d) is not None:
             inner = rest.terms[0][0]       # (a % (k d)) // d is (a // d) % k: one form for both
             return quotient + (inner.arg // d) % (inner.divisor // d)
         common = rest._common_factor(d)
@@ -248,7 +249,7 @@ class Index:
     def __mod__(self, d: int) -> Index:
         assert isinstance(d, (int, SymInt)) and d > 0
         d = as_size(d)
-        if d == 1:
+        if known_equal(d, 1):
             return Index()
         _, rest = self._split(d)
         lo, hi = rest.bounds()
@@ -275,8 +276,11 @@ class Index:
         parts = []
         for atom, coeff in self.terms:
             text = atom_fn(atom)
-            parts.append(text if coeff == 1 else f"{coeff}*{text}" if coeff > 0 else f"-{-coeff}*{text}")
-        if self.const or not parts:
+            if isinstance(coeff, SymInt):     # its sign is not known: never a guard
+                parts.append(f"({coeff})*{text}")
+            else:
+                parts.append(text if coeff == 1 else f"{coeff}*{text}" if coeff > 0 else f"-{-coeff}*{text}")
+        if not known_equal(self.const, 0) or not parts:
             parts.append(str(self.const))
         return " + ".join(parts).replace("+ -", "- ")
 
@@ -295,11 +299,12 @@ def _merge_div_mod(merged: dict[Atom, int]) -> int:
     while changed:
         changed = False
         for atom, coeff in list(merged.items()):
-            if not isinstance(atom, ModIndex) or coeff == 0:
+            if not isinstance(atom, ModIndex) or known_equal(coeff, 0):
                 continue
             # the quotient as the // operator normalizes it: ((p // 56) % 56) pairs with p // 3136
             normalized = atom.arg // atom.divisor
-            if len(normalized.terms) != 1 or normalized.const != 0 or normalized.terms[0][1] != 1:
+            if len(normalized.terms) != 1 or not known_equal(normalized.const, 0) or \
+                    not known_equal(normalized.terms[0][1], 1):
                 continue
             quotient = normalized.terms[0][0]
             if merged.get(quotient, 0) != coeff * atom.divisor:
@@ -584,14 +589,21 @@ def expr_free_vars(expr: Expr) -> set[Var]:
 
 def substitute(expr: Expr, mapping: dict[Var, Index]) -> Expr:
     """Rename loop variables inside indices (fusion = substitution)."""
-    return map_expr(expr, lambda node, args: _rebuild(node, args, mapping))
+    done: dict[Index, Index] = {}     # the loads of a body share few distinct indices (a third here)
+
+    def substituted(index: Index) -> Index:
+        out = done.get(index)
+        if out is None:
+            out = done[index] = index.substitute(mapping)
+        return out
+    return map_expr(expr, lambda node, args: _rebuild(node, args, substituted))
 
 
-def _rebuild(node: Expr, args: tuple[Expr, ...], mapping: dict[Var, Index]) -> Expr:
+def _rebuild(node: Expr, args: tuple[Expr, ...], substituted: Callable[[Index], Index]) -> Expr:
     if isinstance(node, Load):
-        return Load(node.buffer, tuple(i.substitute(mapping) for i in node.index), node.dtype)
+        return Load(node.buffer, tuple(substituted(i) for i in node.index), node.dtype)
     if isinstance(node, IndexValue):
-        return IndexValue(node.index.substitute(mapping), node.dtype)
+        return IndexValue(substituted(node.index), node.dtype)
     return replace_children(node, args)
 
 
