@@ -61,10 +61,14 @@ def make_case(name: str, quick: bool) -> tuple[torch.nn.Module, tuple[torch.Tens
 def warm_imports() -> None:
     """Import what the first compile in a process would: torch's Python decompositions, which
     meta-tensor shape inference of ops like layer_norm loads on first use (about 2 s here, paid by
-    whichever compiler runs first), and torch.compile's own modules.  Cold compiles then measure
+    whichever compiler runs first), torch.compile's own modules and ember's.  Cold compiles then measure
     compiling, the same for both compilers, whatever the order of the cases."""
     import torch._dynamo      # noqa: F401
     import torch._inductor.compile_fx   # noqa: F401
+    # ember's own compiler modules likewise (they load on its first compile: 0.26 s here, where
+    # PYTHONDONTWRITEBYTECODE=1 compiles them from source in every process)
+    import ember.backend, ember.capture.cache, ember.capture.frame   # noqa: F401, E401
+    import ember.codegen.cpp, ember.codegen.wrapper, ember.runtime.cpp_build   # noqa: F401, E401
     x = torch.empty(2, 8, device="meta")
     torch.nn.functional.layer_norm(x, (8,))
     torch.softmax(x, -1)
