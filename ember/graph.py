@@ -34,6 +34,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
+from ember.symbolic import known_equal
+
 # Sizes are ints today; they may become sympy expressions (dynamic shapes), so
 # code that consumes meta should not assume ``int`` beyond what it must.
 Size = Any
@@ -118,9 +120,10 @@ def dense_strides_like(shape: Sequence[Size], example_shape: Sequence[int], exam
 
 
 def is_dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
-    """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free)."""
+    """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free; a
+    derived size that may be 1, ``s0 - 1``, counts as a dim: no guard, and no false "dense")."""
     expected = 1
-    for st, size in sorted((st, size) for st, size in zip(stride, shape) if size != 1):
+    for st, size in sorted((st, size) for st, size in zip(stride, shape) if not known_equal(size, 1)):
         if st != expected:
             return False
         expected *= size

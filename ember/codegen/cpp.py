@@ -30,7 +30,7 @@ from ember.codegen.cpp_rows import RowCache, private_buffers
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
-from ember.symbolic import as_size, c_code, hint_of, is_symbolic, printing_c
+from ember.symbolic import as_size, c_code, hint_of, is_symbolic, known_equal, printing_c
 from ember.lower.lower_indexing import has_index_check
 from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, LoopStep, Schedule
 
@@ -112,7 +112,7 @@ def flat_address(plan: BufferPlan, index: tuple[Index, ...]) -> Index:
     """The element offset of a logical index into a buffer, from its strides."""
     flat = ir.const_index(0)
     for idx, stride, size in zip(index, plan.stride, plan.shape):
-        if size != 1:
+        if not known_equal(size, 1):     # (a size that may be 1 indexes 0 there: no guard needed)
             flat = flat + idx * as_size(stride)
     return flat
 

@@ -593,7 +593,7 @@ def _outer_vars_in_memory_order(kernel: FusedKernel, buffers: dict[str, BufferPl
                 continue
             coefficients: dict[Var, int] = {}
             for idx, stride, size in zip(store.index, plan.stride, plan.shape):
-                if size == 1:
+                if known_equal(size, 1):     # only a provable 1: a decision here never adds a guard
                     continue
                 for atom, coeff in idx.terms:
                     if not isinstance(atom, Var):
