@@ -93,3 +93,24 @@ def test_a_size_one_dim_is_never_the_vectorized_loop():
     dynamic = ember.compile(grow, dynamic=True)
     inputs = (torch.randn(1, 4, 7, 16), torch.randn(1, 4, 1, 16))
     torch.testing.assert_close(dynamic(*inputs), grow(*inputs))
+
+
+def test_mutated_buffers_are_written_back_in_one_call_per_dtype():
+    """BatchNorm's running statistics (float32) and batch counters (int64) of every layer go back
+    into the module in one torch._foreach_copy_ per dtype (ResNet-50's 159 copy_ calls cost 1.6 ms
+    of host time per training step on an H100 host), and equal eager's after every call."""
+    import copy
+
+    import ember
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Conv2d(4, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    reference = copy.deepcopy(model)
+    compiled = ember.compile(model)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 3, 10, 10)
+            torch.testing.assert_close(compiled(x), reference(x))
+            for (name, mine), (_, theirs) in zip(model.named_buffers(), reference.named_buffers()):
+                torch.testing.assert_close(mine, theirs, msg=name)
+    source = compiled._ember_captured.events[-1].compiled.source.split("# ---- kernels")[0]
+    assert source.count("torch._foreach_copy_(") == 2 and ".copy_(" not in source, source
