@@ -618,22 +618,25 @@ class _BiasCache:
     """The bias of the mask seen last: the layers of one backward share one mask tensor (GPT-2's
     causal mask, computed once), so it is converted once per step, not once per layer.  The
     mask is held by a weak reference and its version counter is compared, so neither a freed
-    mask whose memory comes back nor an in-place change can hand out a stale bias."""
+    mask whose memory comes back nor an in-place change can hand out a stale bias.  The entry is
+    one tuple, replaced whole: threads never see one mask's key with another's bias."""
 
     def __init__(self) -> None:
-        self.key: tuple | None = None
-        self.bias: torch.Tensor | None = None
+        self.entry: tuple | None = None      # (weakref to the mask, key, bias)
 
     def get(self, mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         key = (mask._version, q.dtype, q.shape[:3], k.shape[2])
-        if self.key is not None and self.key[0]() is mask and self.key[1:] == key:
-            return self.bias
+        entry = self.entry
+        if entry is not None and entry[0]() is mask and entry[1] == key:
+            return entry[2]
         bias = _attention_bias(mask, q, k)
-        self.key, self.bias = (weakref.ref(mask, self._forget), *key), bias
+        self.entry = (weakref.ref(mask, self._forget), key, bias)
         return bias
 
-    def _forget(self, _: Any) -> None:
-        self.key = self.bias = None
+    def _forget(self, ref: weakref.ref) -> None:
+        entry = self.entry
+        if entry is not None and entry[0] is ref:      # not a newer mask's entry
+            self.entry = None
 
 
 def _attention_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

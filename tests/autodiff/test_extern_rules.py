@@ -719,7 +719,7 @@ def test_attention_bias_is_made_once_per_mask_and_never_stale():
     torch.testing.assert_close(changed[1, 2], torch.where(mask, 0.0, float("-inf")))
     assert cache.get(mask, q.double(), k.double()).dtype == torch.float64
     del mask
-    assert cache.key is None and cache.bias is None
+    assert cache.entry is None
 
 
 def test_attention_gradients_keep_the_layout_of_q_k_v():
