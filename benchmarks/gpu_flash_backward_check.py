@@ -56,19 +56,7 @@ def check_masked(calls: dict, label: str) -> None:
                 g = torch.randn(B, L, H * D, device="cuda", dtype=dtype)
                 q = torch.randn(B, H, L, D, device="cuda", dtype=dtype, requires_grad=True)
                 choice = torch.nn.attention.SDPBackend(er._SDP_CHOICE(q, q, q, mask, 0.0, False)).name
-                before = dict(calls)
-                ember.compile(fn, options={"fallback": "error"})(x, mask).backward(g)
-                grads = [t.grad.clone() for t in (x, w.weight, w.bias)]
-                for t in (x, w.weight, w.bias):
-                    t.grad = None
-                fn(x, mask).backward(g)
-                rel = [((a.float() - t.grad.float()).norm() / t.grad.float().norm()).item()
-                       for a, t in zip(grads, (x, w.weight, w.bias))]
-                ran = {k: calls[k] - before[k] for k in calls}
-                print(f"{label}: {dtype} L={L} {name} eager picks {choice}; backward ops {ran} "
-                      f"rel err x {rel[0]:.1e} w {rel[1]:.1e} b {rel[2]:.1e}")
-                for t in (x, w.weight, w.bias):
-                    t.grad = None
+                compare(calls, f"{label}: {dtype} L={L} {name} eager picks {choice};", fn, (x, mask), g, w)
 
 
 def check(calls: dict, label: str) -> None:
@@ -87,19 +75,24 @@ def check(calls: dict, label: str) -> None:
                     return out.transpose(1, 2).reshape(B, L, H * D)
                 x = torch.randn(B, L, H * D, device="cuda", dtype=dtype, requires_grad=True)
                 g = torch.randn(B, L, H * D, device="cuda", dtype=dtype)
-                before = dict(calls)
-                ember.compile(fn, options={"fallback": "error"})(x).backward(g)
-                grads = [t.grad.clone() for t in (x, w.weight, w.bias)]
-                for t in (x, w.weight, w.bias):
-                    t.grad = None
-                fn(x).backward(g)
-                rel = [((a.float() - t.grad.float()).norm() / t.grad.float().norm()).item()
-                       for a, t in zip(grads, (x, w.weight, w.bias))]
-                ran = {k: calls[k] - before[k] for k in calls}
-                print(f"{label}: {dtype} causal={causal} q_is_k_is_v={same} backward ops {ran} "
-                      f"rel err x {rel[0]:.1e} w {rel[1]:.1e} b {rel[2]:.1e}")
-                for t in (x, w.weight, w.bias):
-                    t.grad = None
+                compare(calls, f"{label}: {dtype} causal={causal} q_is_k_is_v={same}", fn, (x,), g, w)
+
+
+def compare(calls: dict, label: str, fn, args: tuple, g: torch.Tensor, w: torch.nn.Linear) -> None:
+    """ember's gradients of x and w against eager's, and which backward ops ember's step ran."""
+    x = args[0]
+    before = dict(calls)
+    ember.compile(fn, options={"fallback": "error"})(*args).backward(g)
+    grads = [t.grad.clone() for t in (x, w.weight, w.bias)]
+    for t in (x, w.weight, w.bias):
+        t.grad = None
+    fn(*args).backward(g)
+    rel = [((a.float() - t.grad.float()).norm() / t.grad.float().norm()).item()
+           for a, t in zip(grads, (x, w.weight, w.bias))]
+    ran = {k: calls[k] - before[k] for k in calls}
+    print(f"{label} backward ops {ran} rel err x {rel[0]:.1e} w {rel[1]:.1e} b {rel[2]:.1e}")
+    for t in (x, w.weight, w.bias):
+        t.grad = None
 
 
 if __name__ == "__main__":

@@ -578,6 +578,19 @@ def test_cpu_attention_trains_through_eagers_flash_kernels(causal, dtype):
     assert "flash_attention_for_cpu_backward" in compiled_graphs[0].call.backward_compiled.source
 
 
+def stand_in_fused_attention(monkeypatch, backend: str, forward, backward) -> None:
+    """The CUDA attention backward's direct path, run on the CPU: eager's dispatcher "picks"
+    ``backend`` (FLASH or EFFICIENT), whose forward and backward ops are the given stand-ins."""
+    from ember.prims.decompositions import attention
+    monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(extern_rules, "FUSED_BACKWARD_DEVICES", {"cpu"})
+    choice = getattr(torch.nn.attention.SDPBackend, f"{backend}_ATTENTION").value
+    monkeypatch.setattr(extern_rules, "_SDP_CHOICE", lambda *args, **kwargs: choice)
+    monkeypatch.setattr(extern_rules, f"_{backend}_FORWARD", forward)
+    monkeypatch.setattr(extern_rules, f"_{backend}_BACKWARD", backward)
+    monkeypatch.setattr(attention, "_cpu_flash_for_training", lambda *args: False)
+
+
 @pytest.mark.parametrize("case", ["distinct", "self_attention", "causal", "only_value"])
 def test_attention_backward_calls_the_flash_kernels_directly(case, monkeypatch):
     """On CUDA the attention backward calls eager's flash forward (with its log-sum-exp) and flash
@@ -585,8 +598,6 @@ def test_attention_backward_calls_the_flash_kernels_directly(case, monkeypatch):
     CPU flash kernels standing in for the CUDA ones: the gradients land on the right arguments,
     summed when one tensor is passed as q, k and v."""
     import ember
-    from ember.autodiff import extern_rules
-    from ember.prims.decompositions import attention
     cpu_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
     cpu_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
     calls = []
@@ -599,13 +610,7 @@ def test_attention_backward_calls_the_flash_kernels_directly(case, monkeypatch):
                  scale=None):
         calls.append(is_causal)
         return cpu_flash_backward(grad, q, k, v, out, logsumexp, dropout_p, is_causal, scale=scale)
-    monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
-    monkeypatch.setattr(extern_rules, "FUSED_BACKWARD_DEVICES", {"cpu"})
-    flash = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
-    monkeypatch.setattr(extern_rules, "_SDP_CHOICE", lambda *args, **kwargs: flash)
-    monkeypatch.setattr(extern_rules, "_FLASH_FORWARD", forward)
-    monkeypatch.setattr(extern_rules, "_FLASH_BACKWARD", backward)
-    monkeypatch.setattr(attention, "_cpu_flash_for_training", lambda *args: False)
+    stand_in_fused_attention(monkeypatch, "FLASH", forward, backward)
 
     if case == "self_attention":
         def fn(x, k, v):
@@ -640,7 +645,6 @@ def test_masked_attention_backward_calls_the_efficient_kernels_directly(case, mo
     The CPU stands in math kernels that check that bias; the gradients must be eager's."""
     import ember
     import torch.nn.functional as F
-    from ember.prims.decompositions import attention
     calls = []
 
     def check_bias(q, k, bias):
@@ -660,13 +664,7 @@ def test_masked_attention_backward_calls_the_efficient_kernels_directly(case, mo
         with torch.enable_grad():
             again = F.scaled_dot_product_attention(*leaves, attn_mask=bias, is_causal=is_causal, scale=scale)
             return (*torch.autograd.grad(again, leaves, grad), None)
-    monkeypatch.setattr(extern_rules, "ATEN_ATTENTION_BACKWARD_DEVICES", {"cpu", "cuda"})
-    monkeypatch.setattr(extern_rules, "FUSED_BACKWARD_DEVICES", {"cpu"})
-    efficient = torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION.value
-    monkeypatch.setattr(extern_rules, "_SDP_CHOICE", lambda *args, **kwargs: efficient)
-    monkeypatch.setattr(extern_rules, "_EFFICIENT_FORWARD", forward)
-    monkeypatch.setattr(extern_rules, "_EFFICIENT_BACKWARD", backward)
-    monkeypatch.setattr(attention, "_cpu_flash_for_training", lambda *args: False)
+    stand_in_fused_attention(monkeypatch, "EFFICIENT", forward, backward)
     L, S = 6, 6
     if case == "bool_2d":
         mask = torch.rand(L, S) > 0.3
