@@ -543,12 +543,28 @@ def _check_setitem_overlap(target: Value, index: Any, value: Value) -> None:
     items = index if isinstance(index, tuple) else (index,)
     if target.alias is None or not all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items):
         return
+    bounds = [b for i in items if isinstance(i, slice) for b in (i.start, i.stop, i.step)]
+    if not all(b is None or isinstance(b, (int, SymInt)) for b in bounds):
+        return
     try:
-        destination = F.original_meta(target.alias).to_meta_tensor()[index]
+        written = _basic_index_meta(F.original_meta(target.alias), index)
     except Exception:
         return
-    written = dataclasses.replace(TensorMeta.of(destination), device=target.device)
-    _check_partial_overlap(target, (value,), {}, written)
+    _check_partial_overlap(target, (value,), {}, dataclasses.replace(written, device=target.device))
+
+
+def _basic_index_meta(meta: TensorMeta, index: Any) -> TensorMeta:
+    """``meta[index]`` for ints, slices, None and Ellipsis.  Symbolic sizes cannot make a meta
+    tensor without being pinned: the index's views are then built in a scratch graph by the
+    decomposition's own code, so they take the same (guarded) decisions as the real view."""
+    if not any(is_symbolic(v) for v in (*meta.shape, *meta.stride, meta.storage_offset)):
+        return TensorMeta.of(meta.to_meta_tensor()[index])
+    from ember.prims.decompositions.indexing import _basic_then_advanced
+    scratch = Graph()
+    with building(Emitter(scratch)):
+        view, advanced = _basic_then_advanced(Value(scratch.placeholder("x", meta), meta), index)
+    assert not advanced, index
+    return view.meta
 
 
 def _check_partial_overlap(target: Value, args: tuple, kwargs: dict, written: TensorMeta | None = None) -> None:

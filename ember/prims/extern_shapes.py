@@ -132,6 +132,30 @@ def _diff(x: TensorMeta, n: int = 1, dim: int = -1, prepend: Any = None, append:
     return tuple(x.shape[:dim]) + (size - n if n > 0 else size,) + tuple(x.shape[dim + 1:])
 
 
+def _pad(x: TensorMeta, pad: Sequence[Any], mode: str = "constant", value: Any = None) -> Shape | None:
+    """F.pad with a reflect/replicate/circular mode: each padded dim grows by its two pads.  Eager
+    raises unless every pad fits the size it reflects (or wraps) over; that is guarded, so a size
+    too small for the pads recompiles (and raises as eager does) instead of failing in the kernel."""
+    if mode == "constant" or len(pad) % 2 or len(pad) // 2 > x.ndim or \
+            not all(isinstance(p, int) and p >= 0 for p in pad):
+        return None
+    shape = list(x.shape)
+    for k in range(len(pad) // 2):
+        dim = x.ndim - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        size = shape[dim]
+        if mode == "reflect":
+            fits = before < size and after < size
+        elif mode == "circular":
+            fits = before <= size and after <= size
+        else:       # replicate
+            fits = size > 0 or before == after == 0
+        if not fits:
+            return None
+        shape[dim] = size + before + after
+    return tuple(shape)
+
+
 def _per_dim(value: Any, count: int) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * count
 
@@ -150,6 +174,7 @@ RULES: dict[Any, Callable[..., Shape | None]] = {
     F.adaptive_avg_pool1d: _adaptive_pool(1), F.adaptive_avg_pool2d: _adaptive_pool(2),
     F.adaptive_avg_pool3d: _adaptive_pool(3),
     torch.diff: _diff,
+    F.pad: _pad,
 }
 
 

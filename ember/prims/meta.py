@@ -18,6 +18,7 @@ import torch
 
 from ember.graph import Size, TensorMeta, contiguous_strides, dense_in_order
 from ember.prims import primitives as P
+from ember.symbolic import known_equal
 
 BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                "logical_not", "isnan", "isinf", "isfinite", "signbit"}
@@ -267,6 +268,8 @@ def broadcast_shapes(*shapes: Sequence[Size]) -> tuple[Size, ...]:
     for shape in shapes:
         for i, size in enumerate(shape):
             j = rank - len(shape) + i
+            if known_equal(size, out[j]):
+                continue      # the same size (x beside a function of x): no guard on it being 1
             if out[j] == 1:
                 out[j] = size
             elif size != 1 and size != out[j] and isinstance(size, int) and isinstance(out[j], int):
