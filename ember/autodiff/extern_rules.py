@@ -445,7 +445,7 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
     q0, k0, v0, mask = call["query"], call["key"], call["value"], call["attn_mask"]
     q, k, v, g = ops.upcast(q0), ops.upcast(k0), ops.upcast(v0), ops.upcast(grad)
     scale = call["scale"] if call["scale"] is not None else 1.0 / math.sqrt(q.shape[-1])
-    probs = _attention_probs(q, k, mask, call["is_causal"], scale)
+    probs = attention.attention_probabilities(q, k, mask, call["is_causal"], scale)
     dp = _matmul(g, _t(v))
     ds = probs * (dp - ops.sum(dp * probs, -1, keepdim=True))
     grads = {
@@ -479,6 +479,79 @@ def cpu_flash_attention_vjp(grad: Any, out: Any, *args: Any, **kwargs: Any) -> t
     return call.result(query=dq, key=dk, value=dv)
 
 
+# eager's CUDA attention backward ops (module names: tests stand in CPU kernels)
+_FLASH_BACKWARD_OP = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+_CUDNN_BACKWARD_OP = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
+_EFFICIENT_BACKWARD_OP = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
+
+
+def _cuda_flash(query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,  # noqa: E704
+                scale=None): ...
+
+
+def _cuda_cudnn(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,  # noqa: E704
+                return_debug_mask=False, *, scale=None): ...
+
+
+def _cuda_efficient(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *,  # noqa: E704
+                    scale=None): ...
+
+
+def _fused_attention_call(stub: Callable, grad: Any, out: Any, args: tuple, kwargs: dict) -> tuple:
+    """(call, output gradient in the output's layout) of a fused attention forward op, or
+    (call, None) when no gradient reaches q, k or v."""
+    call = _Call(_signature(stub), args, kwargs)
+    grad_out = grad[0] if isinstance(grad, (tuple, list)) else grad
+    if grad_out is None or not any(call.needs(name) for name in ("query", "key", "value")):
+        return call, None
+    return call, ops.cast(grad_out, call["query"].dtype)
+
+
+@extern_vjp_rule(attention.CUDA_FLASH)
+def cuda_flash_attention_vjp(grad: Any, out: Any, *args: Any, **kwargs: Any) -> tuple:
+    """Eager's flash backward on the forward's saved output, log-sum-exp and Philox state (the
+    same dropout mask)."""
+    call, grad_out = _fused_attention_call(_cuda_flash, grad, out, args, kwargs)
+    if grad_out is None:
+        return call.result()
+    output, logsumexp, _, _, _, _, rng_state, rng_unused, _ = out
+    q, k, v = call["query"], call["key"], call["value"]
+    dq, dk, dv = ops.extern(_FLASH_BACKWARD_OP, grad_out, q, k, v, output, logsumexp, None, None, q.shape[2],
+                            k.shape[2], call["dropout_p"], call["is_causal"], rng_state, rng_unused,
+                            scale=call["scale"])
+    return call.result(query=dq, key=dk, value=dv)
+
+
+@extern_vjp_rule(attention.CUDA_CUDNN)
+def cuda_cudnn_attention_vjp(grad: Any, out: Any, *args: Any, **kwargs: Any) -> tuple:
+    """Eager's cuDNN backward on the forward's saved output, log-sum-exp and Philox seed/offset;
+    the bias (a bool mask's, never differentiated) as the forward had it."""
+    call, grad_out = _fused_attention_call(_cuda_cudnn, grad, out, args, kwargs)
+    if grad_out is None:
+        return call.result()
+    output, logsumexp, _, _, _, _, seed, offset, _ = out
+    q, k, v = call["query"], call["key"], call["value"]
+    dq, dk, dv = ops.extern(_CUDNN_BACKWARD_OP, grad_out, q, k, v, output, logsumexp, seed, offset,
+                            call["attn_bias"], None, None, q.shape[2], k.shape[2], call["dropout_p"],
+                            call["is_causal"], scale=call["scale"])
+    return call.result(query=dq, key=dk, value=dv)
+
+
+@extern_vjp_rule(attention.CUDA_EFFICIENT)
+def cuda_efficient_attention_vjp(grad: Any, out: Any, *args: Any, **kwargs: Any) -> tuple:
+    """Eager's memory-efficient backward on the forward's saved output, log-sum-exp and Philox
+    seed/offset."""
+    call, grad_out = _fused_attention_call(_cuda_efficient, grad, out, args, kwargs)
+    if grad_out is None:
+        return call.result()
+    output, logsumexp, seed, offset = out
+    q, k, v = call["query"], call["key"], call["value"]
+    dq, dk, dv, _ = ops.extern(_EFFICIENT_BACKWARD_OP, grad_out, q, k, v, call["attn_bias"], output, logsumexp,
+                               seed, offset, call["dropout_p"], [True, True, True, False], call["is_causal"],
+                               scale=call["scale"])
+    return call.result(query=dq, key=dk, value=dv)
+
+
 def _all_true(mask: Any) -> bool:
     if not is_tensor(mask) or mask.dtype != torch.bool:
         return False
@@ -490,23 +563,6 @@ def _without_mask(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if "attn_mask" in kwargs:
         return args, {**kwargs, "attn_mask": None}
     return tuple(args[:3]) + (None,) + tuple(args[4:]), kwargs
-
-
-def _attention_probs(q: Value, k: Value, mask: Any, is_causal: bool, scale: Any) -> Value:
-    scores = _scaled(_matmul(q, _t(k)), scale)
-    if is_causal:
-        length, source = q.shape[-2], k.shape[-2]
-        rows = ops.reshape(ops.iota(length, 0, 1, torch.int64, q.device), (length, 1))
-        cols = ops.reshape(ops.iota(source, 0, 1, torch.int64, q.device), (1, source))
-        scores = ops.where(ops.le(cols, rows), scores, -math.inf)
-    if is_tensor(mask):
-        scores = ops.where(mask, scores, -math.inf) if mask.dtype == torch.bool else scores + ops.upcast(mask)
-    # a fully masked row has probabilities 0 (as eager's safe softmax), not NaN
-    largest = ops.amax(scores, -1, keepdim=True)
-    largest = ops.where(ops.isinf(largest), 0.0, largest)
-    exps = ops.exp(scores - largest)
-    total = ops.sum(exps, -1, keepdim=True)
-    return ops.where(ops.eq(total, 0), 0.0, exps / total)
 
 
 # ------------------------------------------------------------- the generic fallback
@@ -611,7 +667,6 @@ def _efficient_grads(grad: Any, q: Any, k: Any, v: Any, bias: Any, is_causal: bo
 # flash takes no mask: it is only called for unmasked attention
 _FUSED_GRADS = {_BACKENDS.FLASH_ATTENTION.value: _flash_grads, _BACKENDS.CUDNN_ATTENTION.value: _cudnn_grads,
                 _BACKENDS.EFFICIENT_ATTENTION.value: _efficient_grads}
-_BIAS_ALIGNMENT = 16
 
 
 class _BiasCache:
@@ -640,18 +695,7 @@ class _BiasCache:
 
 
 def _attention_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """A mask as eager's SDPA front end hands it to the fused kernels: a bool mask becomes an
-    additive bias of q's dtype (0 where kept, -inf where masked), the key dim is padded to an
-    aligned row stride (the padding sliced off again), and it is expanded to (B, H, L, S)."""
-    if mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=q.dtype, device=mask.device).masked_fill_(mask.logical_not(), -math.inf)
-    length = mask.shape[-1]
-    if length % _BIAS_ALIGNMENT or mask.stride(-1) != 1:
-        padded = torch.zeros((*mask.shape[:-1], -(-length // _BIAS_ALIGNMENT) * _BIAS_ALIGNMENT),
-                             dtype=mask.dtype, device=mask.device)
-        padded[..., :length] = mask
-        mask = padded[..., :length]
-    return mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    return attention.attention_bias(mask, q.dtype, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
 
 
 _BIASES = _BiasCache()

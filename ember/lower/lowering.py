@@ -200,6 +200,13 @@ class _Lowering:
         meta = node.meta
         if fn in _ATTENTION and isinstance(meta, TensorMeta) and meta.device.type in FUSED_ATTENTION_DEVICES:
             meta = self.attention_output_layout(args, kwargs, meta)
+        elif fn in _FUSED_ATTENTION_OPS and isinstance(meta, tuple) and meta[0].device.type in FUSED_ATTENTION_DEVICES:
+            # a forward's output is dense in q's dim order; a backward's dq, dk, dv in those of its
+            # arguments q, k, v (1-3)
+            forward = fn in _FUSED_ATTENTION_FORWARDS
+            laid_out = {0: args} if forward else {i: args[i + 1:] for i in range(3)}
+            meta = tuple(self.attention_output_layout(laid_out[i], {}, m) if i in laid_out else m
+                         for i, m in enumerate(meta))
         elif fn in _LAYOUT_PROBED_EXTERNS and isinstance(meta, TensorMeta) and meta.device.type == "cpu":
             meta = self.probe_output_layout(fn, args, kwargs, meta)
         if isinstance(meta, TensorMeta) and (fn in _CONVOLUTIONS or self.channels_last and _is_pooling(fn)):
@@ -316,6 +323,15 @@ class _Lowering:
                 if is_dense(shape, strides):
                     continue
                 target = _dense_like(shape, strides)
+            elif requirement.startswith("layout_of:"):
+                # the layout of another argument (a fused attention backward's output gradient
+                # in its output's layout, as eager's autograd hands it over)
+                other = args[int(requirement.split(":")[1])]
+                other_layout = self.argument_strides(other) if isinstance(other, ir.BufferRef) else None
+                if other_layout is None or tuple(other_layout[1]) == tuple(strides) or \
+                        tuple(other_layout[0]) != tuple(shape) or not is_dense(*other_layout):
+                    continue
+                target = tuple(other_layout[1])
             else:
                 raise AssertionError(f"unknown argument requirement {requirement}")
             put(ir.BufferRef(self.copy_for_extern(self.env[source], node, target).node_name))
@@ -557,6 +573,15 @@ _LAYOUT_PROBED_EXTERNS = {torch.nn.functional.scaled_dot_product_attention,
 _ATTENTION = {torch.nn.functional.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default}
 # where SDPA runs fused kernels whose output is dense in q's dim order (attention_output_layout)
 FUSED_ATTENTION_DEVICES = {"cuda"}
+# eager's fused attention ops, which differentiated graphs call directly (prims/decompositions/attention.py)
+_FUSED_ATTENTION_FORWARDS = {torch.ops.aten._scaled_dot_product_flash_attention.default,
+                             torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+                             torch.ops.aten._scaled_dot_product_efficient_attention.default}
+# their backward ops: where each takes its output (the output gradient comes in that layout)
+_FUSED_ATTENTION_BACKWARDS = {torch.ops.aten._scaled_dot_product_flash_attention_backward.default: 4,
+                              torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default: 4,
+                              torch.ops.aten._scaled_dot_product_efficient_attention_backward.default: 5}
+_FUSED_ATTENTION_OPS = {*_FUSED_ATTENTION_FORWARDS, *_FUSED_ATTENTION_BACKWARDS}
 _CONVOLUTION_BACKWARDS = {torch.ops.aten.convolution_backward, torch.ops.aten.convolution_backward.default}
 # where graphs with 2-D convolutions run them (and the 4-D values around them) channels-last
 CHANNELS_LAST_DEVICES = {"cuda"}
@@ -575,6 +600,11 @@ EXTERN_ARGUMENT_LAYOUTS: dict[Any, dict[str, tuple[int, str]]] = {
     **{fn: {"query": (0, "last_dim_unit_stride"), "key": (1, "last_dim_unit_stride"),
             "value": (2, "last_dim_unit_stride"), "attn_mask": (3, "last_dim_unit_stride")} for fn in _ATTENTION},
     **{fn: {"input": (0, "dense")} for fn in _CONVOLUTIONS},
+    **{fn: {name: (i, "last_dim_unit_stride") for i, name in enumerate(("query", "key", "value"))}
+       for fn in _FUSED_ATTENTION_FORWARDS},
+    **{fn: {"grad_out": (0, f"layout_of:{out}"),
+            **{name: (i + 1, "last_dim_unit_stride") for i, name in enumerate(("query", "key", "value"))}}
+       for fn, out in _FUSED_ATTENTION_BACKWARDS.items()},
 }
 
 

@@ -91,6 +91,7 @@ class Emitter:
     seed: Value | None = None      # one fresh RNG seed per graph call (random.py)
     rng_offset: Any = 0            # Philox counter already used by earlier random ops
     log: list[Node] = dataclasses.field(default_factory=list)
+    memo: dict = dataclasses.field(default_factory=dict)   # values a decomposition makes once per graph
 
 
 _ACTIVE: list[Emitter] = []

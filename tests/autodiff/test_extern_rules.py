@@ -732,3 +732,139 @@ def test_attention_gradients_keep_the_layout_of_q_k_v():
     given = randn(2, 4, 7, 8)                           # contiguous: copied into the declared layout
     fresh = extern_rules._fresh(given, q, set(), F.scaled_dot_product_attention)
     assert fresh.stride() == (224, 8, 32, 1) and torch.equal(fresh, given)
+
+
+# ------------------------------------------------------------- attention with dropout
+def _dropout_attention_reference(q, k, v, g, out, mask, is_causal, p):
+    """With v = I (S = D) the output is the dropped-out, rescaled probability matrix itself: the
+    mask the forward drew.  From it, the gradients eager's math would give for that one mask."""
+    import math
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-1, -2) * scale
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(scores.shape[-2:], dtype=torch.bool).tril(), -math.inf)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, -1)
+    keep = out != 0
+    torch.testing.assert_close(out, torch.where(keep, probs / (1 - p), 0.0), rtol=1e-5, atol=1e-6)
+    assert 0.55 < keep.sum() / (probs != 0).sum() < 0.85, "not a dropout rate of 0.3"
+    d_dropped = (g @ v.transpose(-1, -2)) * keep / (1 - p)
+    d_scores = probs * (d_dropped - (d_dropped * probs).sum(-1, keepdim=True))
+    return d_scores @ k * scale, d_scores.transpose(-1, -2) @ q * scale, out.transpose(-1, -2) @ g
+
+
+@pytest.mark.parametrize("case", ["plain", "causal", "bool_mask", "float_mask"])
+def test_attention_with_dropout_trains_with_one_mask(case):
+    """SDPA with dropout in a differentiated graph is compiled (not run eagerly): the backward
+    sees the very mask the forward drew, and each call draws a new one."""
+    import ember
+    torch.manual_seed(0)
+    B, H, L, D, p = 2, 3, 8, 8, 0.3
+    mask = {"bool_mask": torch.rand(L, L) > 0.3, "float_mask": torch.randn(1, H, L, L)}.get(case)
+    if mask is not None and mask.dtype == torch.bool:
+        mask[:, 0] = True
+
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p, is_causal=case == "causal")
+    q, k = randn(B, H, L, D).requires_grad_(), randn(B, H, L, D).requires_grad_()
+    v = torch.eye(L).expand(B, H, L, D).clone().requires_grad_()
+    compiled = ember.compile(fn, options={"fallback": "error"})
+    out = compiled(q, k, v, mask)
+    g = torch.randn_like(out)
+    out.backward(g)
+    dq, dk, dv = _dropout_attention_reference(q.detach(), k.detach(), v.detach(), g, out.detach(), mask,
+                                              case == "causal", p)
+    for got, want in ((q.grad, dq), (k.grad, dk), (v.grad, dv)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(compiled(q, k, v, mask), out), "a second call drew the same mask"
+
+
+# ------------------------------------------- fused kernels called directly in training
+_CPU_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+_CPU_FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+def _math_backward(grad, q, k, v, bias, is_causal, scale):
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with torch.enable_grad():
+        again = F.scaled_dot_product_attention(*leaves, attn_mask=bias, is_causal=is_causal, scale=scale)
+        return torch.autograd.grad(again, leaves, grad)
+
+
+@pytest.mark.parametrize("backend", ["flash", "cudnn", "efficient"])
+def test_training_calls_the_fused_forward_and_saves_its_statistics(backend, monkeypatch):
+    """In a differentiated graph on CUDA, attention is the fused forward op eager's dispatcher
+    picks, and its backward op reads the saved output, log-sum-exp and Philox state: the forward
+    runs once per step.  CPU stand-ins for the CUDA ops (dropout ignored by both, so eager
+    without dropout is the reference); masks go to cuDNN / memory-efficient attention as a bias."""
+    import ember
+    from ember.autodiff.rules import EXTERN_RULES
+    from ember.prims.decompositions import attention
+    calls = []
+
+    def flash(q, k, v, dropout_p, is_causal, debug, scale=None):
+        calls.append(("forward", q.device.type))
+        out, lse = _CPU_FLASH(q, k, v, 0.0, is_causal, scale=scale)
+        rng = torch.zeros(2, dtype=torch.int64, device=q.device)
+        return out, lse, None, None, q.shape[2], k.shape[2], rng, torch.zeros(0, device=q.device), None
+
+    def flash_backward(grad, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, rng, unused,
+                       scale=None):
+        calls.append(("backward", q.device.type))
+        return _CPU_FLASH_BACKWARD(grad, q, k, v, out, lse, 0.0, is_causal, scale=scale)
+
+    def cudnn(q, k, v, bias, compute_lse, dropout_p, is_causal, debug, scale=None):
+        calls.append(("forward", q.device.type))
+        assert bias is None or (bias.dtype == q.dtype and bias.shape == (*q.shape[:3], k.shape[2]))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=is_causal, scale=scale)
+        seed = torch.zeros((), dtype=torch.int64, device=q.device)
+        return out, torch.zeros(q.shape[:3] + (1,), device=q.device), None, None, q.shape[2], k.shape[2], \
+            seed, seed.clone(), None
+
+    def cudnn_backward(grad, q, k, v, out, lse, seed, offset, bias, cum_q, cum_k, max_q, max_k, dropout_p,
+                       is_causal, scale=None):
+        calls.append(("backward", q.device.type))
+        return _math_backward(grad, q, k, v, bias, is_causal, scale)
+
+    def efficient(q, k, v, bias, compute_lse, dropout_p, is_causal, scale=None):
+        calls.append(("forward", q.device.type))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=is_causal, scale=scale)
+        seed = torch.zeros((), dtype=torch.int64, device=q.device)
+        return out, torch.zeros(q.shape[:3], device=q.device), seed, seed.clone()
+
+    def efficient_backward(grad, q, k, v, bias, out, lse, seed, offset, dropout_p, grad_input_mask, is_causal,
+                           scale=None):
+        calls.append(("backward", q.device.type))
+        return (*_math_backward(grad, q, k, v, bias, is_causal, scale), None)
+
+    forward, backward = {"flash": (flash, flash_backward), "cudnn": (cudnn, cudnn_backward),
+                         "efficient": (efficient, efficient_backward)}[backend]
+    op_name = {"flash": "CUDA_FLASH", "cudnn": "CUDA_CUDNN", "efficient": "CUDA_EFFICIENT"}[backend]
+    monkeypatch.setitem(EXTERN_RULES, forward, EXTERN_RULES[getattr(attention, op_name)])
+    monkeypatch.setattr(attention, op_name, forward)
+    monkeypatch.setattr(extern_rules, f"_{backend.upper()}_BACKWARD_OP", backward)
+    monkeypatch.setattr(attention, "FUSED_TRAINING_DEVICES", {"cpu"})
+    monkeypatch.setattr(attention, "_cpu_flash_for_training", lambda *args: False)
+    monkeypatch.setattr(attention, "eager_fused_choice", lambda *args: backend)
+
+    L = 6
+    mask = None if backend == "flash" else torch.rand(L, L) > 0.3
+    if mask is not None:
+        mask[:, 0] = True
+
+    def fn(q, k, v, m, p):
+        y = q.sin()
+        return F.scaled_dot_product_attention(y, k * 2, v, attn_mask=m, dropout_p=p, is_causal=m is None), \
+            F.scaled_dot_product_attention(y, k, v, attn_mask=m, dropout_p=p)
+    inputs = [randn(2, 3, L, 8) for _ in range(3)]
+    eager_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    ember_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    weights = torch.rand(2, 3, L, 8), torch.rand(2, 3, L, 8)
+    sum(o * w for o, w in zip(fn(*eager_inputs, mask, 0.0), weights)).sum().backward()
+    compiled = ember.compile(fn, options={"fallback": "error"})
+    sum(o * w for o, w in zip(compiled(*ember_inputs, mask, 0.1), weights)).sum().backward()
+    for a, e in zip(ember_inputs, eager_inputs):
+        torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
+    ran = [name for name, device in calls if device != "meta"]     # not the compile-time meta runs
+    assert ran == ["forward", "forward", "backward", "backward"], ran
