@@ -73,6 +73,8 @@ def check_backend(backend: str) -> int:
             compiled = ember.compile(fn, options={"fallback": "error"})
             torch.manual_seed(1)
             compiled(x).backward(g)       # the compile
+            for t in (x, w.weight, w.bias):
+                t.grad = None
             results = {}
             for label, f in (("ember", compiled), ("eager", fn)):
                 torch.manual_seed(2)
@@ -89,7 +91,12 @@ def check_backend(backend: str) -> int:
                     t.grad = None
             (out_e, grads_e, fwd, bwd), (out_r, grads_r, fwd_r, bwd_r) = results["ember"], results["eager"]
             rel = [((a - b).norm() / b.norm()).item() for a, b in zip([out_e, *grads_e], [out_r, *grads_r])]
-            ok = max(rel) < 2e-2 and fwd == 1 and bwd == 1
+            if fwd_r == 0 and dropout:
+                # no fused kernel takes this (flash forced, with a mask): eager runs its math kernel
+                # and ember the prims, and their dropout masks come from different generators
+                ok = fwd == bwd == 0
+            else:
+                ok = max(rel) < 2e-2 and fwd == 1 and bwd == 1
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {backend:9s} {str(dtype)[6:]:8s} causal={causal!s:5s} "
                   f"mask={masked!s:5s} dropout={dropout}: ember fwd/bwd ops {fwd}/{bwd} (eager {fwd_r}/{bwd_r}); "
