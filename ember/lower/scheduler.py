@@ -600,7 +600,9 @@ def _outer_vars_in_memory_order(kernel: FusedKernel, buffers: dict[str, BufferPl
                         return outer          # a reshape folded into the index: keep the loop order
                     coefficients[atom] = coefficients.get(atom, 0) + coeff * stride
             for v in outer:
-                stride_of[v].append(abs(coefficients.get(v, 0)))
+                # compared at the example sizes: a loop order is a speed choice, not worth a guard
+                # (h*w against w guards h != 1, which a stride-2 conv's output of 1 row fails)
+                stride_of[v].append(abs(hint_of(coefficients.get(v, 0))))
     if not any(stride_of[v] for v in outer):
         return outer
     # biggest stride first (outermost); stable, so equal strides keep the logical order.  A loop
