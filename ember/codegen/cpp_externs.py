@@ -1,9 +1,18 @@
-"""CPU policy for the Externs of a Schedule: bf16/fp16 matrix products computed in float32.
+"""CPU policy for the Externs of a Schedule: bias adds into the GEMM, bf16/fp16 matrix products
+computed in float32.
 
-In: a Schedule about to be compiled for the CPU.  Out: the same Schedule, with the function of
-each large bf16/fp16 matrix product (linear, mm, addmm, bmm, baddbmm, matmul) replaced by one
-that converts its operands to float32, calls the same torch function, and rounds the result
-to the operands' dtype once.
+In: a Schedule about to be compiled for the CPU.  Out: the same Schedule, where
+
+* a float32/float64 ``mm`` whose only reader is a kernel that does nothing but add a bias row
+  (a linear layer feeding attention: ``q, k, v = c_attn(x).split(...)``) becomes one ``addmm``
+  writing that kernel's buffer, and the kernel is gone (``fuse_bias_into_matmuls``).  Decomposition
+  leaves bias adds as prims so that they fuse into what follows (GELU, a residual, a norm); when
+  nothing follows, the kernel re-read and re-wrote the whole product (the 2048 x 1536 QKV
+  projection of benchmarks/cpu_blocks.py's block: 1.4-3.3 ms a call, a fresh 12 MB buffer) where
+  the GEMM adds the bias while it writes its output (beta = 1), as eager's linear does;
+* the function of each large bf16/fp16 matrix product (linear, mm, addmm, bmm, baddbmm, matmul)
+  is replaced by one that converts its operands to float32, calls the same torch function, and
+  rounds the result to the operands' dtype once.
 
 Why: on a CPU without native bf16/fp16 dot products (no AVX512_BF16 / AMX / AVX512_FP16)
 eager's low-precision matmul is 2-5x slower than float32 sgemm on the converted operands
@@ -16,6 +25,7 @@ beats converting the whole weight: 0.24 ms against 3 ms for one row).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -25,8 +35,8 @@ import torch.nn.functional as F
 
 from ember.graph import tree_leaves, tree_map
 from ember.lower import ir
-from ember.lower.scheduler import Schedule
-from ember.symbolic import hint_of
+from ember.lower.scheduler import BufferPlan, ExternCall, FusedKernel, Schedule
+from ember.symbolic import hint_of, is_symbolic
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 # rows of the (batched) left operand from which the float32 form pays for converting the weight
@@ -71,7 +81,9 @@ def in_float32(fn: Callable, dtype: torch.dtype) -> Callable:
 
 
 def apply_matmul_policy(sched: Schedule) -> None:
-    """Replace the function of each large low-precision matrix product (see the module docstring)."""
+    """Fuse lone bias adds into their GEMMs and replace the function of each large low-precision
+    matrix product (see the module docstring)."""
+    fuse_bias_into_matmuls(sched)
     for step in sched.externs:
         node = step.node
         position = _MATMULS.get(node.fn)
@@ -92,3 +104,107 @@ def _rows(arg: ir.BufferRef, sched: Schedule) -> int:
     """Rows of a matrix product's left operand (batch dims included), at the size hints."""
     shape = arg.shape if isinstance(arg, ir.BufferView) else sched.buffers[arg.name].shape
     return math.prod(hint_of(s) for s in shape[:-1]) if len(shape) >= 2 else 1
+
+
+# dtypes whose bias add may move into the GEMM: the sum is rounded once instead of twice (closer to
+# the exact result, and eager's linear does the same).  bf16/fp16 linears keep their bias in the
+# Extern already (prims/decompositions/linalg.py)
+_BIAS_FUSED_DTYPES = (torch.float32, torch.float64)
+
+
+def fuse_bias_into_matmuls(sched: Schedule) -> None:
+    """``mm`` + a kernel that only adds a bias row to the product -> one ``addmm`` Extern that
+    returns the kernel's buffer (module docstring).  The product must be read by that kernel
+    alone, and the kernel's buffer laid out like the product (both row-major, same elements)."""
+    readers: dict[str, int] = {}
+    for step in sched.steps:
+        for name in (step.reads if isinstance(step, FusedKernel) else step.node.reads()):
+            readers[name] = readers.get(name, 0) + 1
+    returned = sched.program.returned_buffers()
+    producers = {output.name: step for step in sched.externs for output in step.outputs}
+    for kernel in list(sched.kernels):
+        found = _lone_bias_add(kernel, sched.buffers)
+        if found is None:
+            continue
+        product, bias = found
+        extern = producers.get(product)
+        if extern is None or extern.node.fn is not torch.mm or len(extern.outputs) != 1 or \
+                readers.get(product) != 1 or product in returned:
+            continue
+        _fuse(sched, extern, kernel, bias)
+
+
+def _lone_bias_add(kernel: FusedKernel, buffers: dict[str, BufferPlan]) -> tuple[str, str] | None:
+    """(product, bias) when the kernel only stores ``product + bias`` with the bias indexed by the
+    last dim, into a buffer with the product's row-major layout; else None."""
+    if kernel.inner_vars or len(kernel.steps) != 1 or len(kernel.writes) != 1:
+        return None
+    step = kernel.steps[0]
+    if step.reductions or len(step.stores) != 1:
+        return None
+    store = step.stores[0]
+    body = store.body
+    if not (isinstance(body, ir.Op) and body.op == "add" and len(body.args) == 2 and
+            all(isinstance(a, ir.Load) for a in body.args)):
+        return None
+    out = buffers[store.buffer]
+    if out.dtype not in _BIAS_FUSED_DTYPES or not _row_major(out) or out.kind not in ("intermediate", "output"):
+        return None
+    for product, bias in (body.args, body.args[::-1]):
+        product_plan, bias_plan = buffers.get(product.buffer), buffers.get(bias.buffer)
+        if product_plan is None or bias_plan is None or product_plan.kind != "extern" or \
+                not _row_major(product_plan) or len(product_plan.shape) != 2 or \
+                product_plan.shape[1] != out.shape[-1] or math.prod(product_plan.shape) != math.prod(out.shape):
+            continue
+        if product.dtype != out.dtype or bias.dtype != out.dtype or bias_plan.dtype != out.dtype:
+            continue
+        # the product read where the result is stored; the bias along the result's last dim
+        if _flat(product_plan, product.index) != _flat(out, store.index):
+            continue
+        if len(bias_plan.shape) != 1 or not _row_major(bias_plan) or bias_plan.shape[0] != out.shape[-1] or \
+                tuple(bias.index) != (store.index[-1],):
+            continue
+        return product.buffer, bias.buffer
+    return None
+
+
+def _fuse(sched: Schedule, extern: ExternCall, kernel: FusedKernel, bias: str) -> None:
+    result = kernel.writes[0]
+    plan = sched.buffers[result]
+    product = extern.outputs[0].name
+    extern.node.fn = _addmm_as(plan.shape)
+    extern.node.args = (ir.BufferRef(bias), *extern.node.args)
+    output = ir.ExternOutput(result, plan.shape, plan.dtype, extern.node.name, None, plan.stride, 0)
+    extern.outputs = [output]
+    kind = "output" if plan.kind == "output" else "extern"
+    sched.buffers[result] = dataclasses.replace(plan, kind=kind, allocation=result)
+    del sched.buffers[product]
+    sched.steps.remove(kernel)
+    nodes = sched.program.nodes
+    nodes[result] = output
+    nodes.pop(product, None)
+
+
+def _addmm_as(shape: tuple[int, ...]) -> Callable:
+    """``torch.addmm(bias, a, b)`` returned as a (contiguous) tensor of ``shape``."""
+    if len(shape) == 2:
+        return torch.addmm
+
+    def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(bias, a, b).view(shape)
+    return addmm
+
+
+def _row_major(plan: BufferPlan) -> bool:
+    values = (*plan.shape, *plan.stride, plan.storage_offset)
+    return not any(is_symbolic(v) for v in values) and plan.storage_offset == 0 and \
+        all(size == 1 or stride == expected
+            for size, stride, expected in zip(plan.shape, plan.stride, ir.contiguous_strides(plan.shape)))
+
+
+def _flat(plan: BufferPlan, index: tuple[ir.Index, ...]) -> ir.Index:
+    flat = ir.const_index(0)
+    for idx, stride, size in zip(index, plan.stride, plan.shape):
+        if size != 1:
+            flat = flat + idx * stride
+    return flat

@@ -990,6 +990,29 @@ def _full(self: _Lowering, node: Node, shape: Any, value: Any, dtype: torch.dtyp
     return self.pointwise(node, tuple(_meta(node).shape), dtype, lambda idx: _operand(value, idx, dtype))
 
 
+# Externs whose results are always fresh tensors (never a view of an argument)
+_FRESH_RESULT_EXTERNS = {torch.mm, torch.bmm, torch.matmul, torch.addmm, torch.baddbmm, torch.nn.functional.linear,
+                         *_ATTENTION, *_FUSED_ATTENTION_FORWARDS, *_CONVOLUTIONS}
+
+
+def _clone(self: _Lowering, node: Node, x: TensorValue) -> TensorValue:
+    """A copy, unless ``x`` already views all of a fresh Extern result in the copy's layout: then
+    ``x`` itself.  CPU attention writes (B, T, H, D), so ``y.transpose(1, 2).contiguous()`` is
+    eager's no-op, where the prim graph (meta device: (B, H, T, D)) asked for a copy."""
+    vars_ = ir.make_vars("x", x.shape)
+    body = x.load(tuple(ir.index(v) for v in vars_))
+    base = self.nodes.get(body.buffer) if isinstance(body, Load) else None
+    meta = node.meta
+    if not isinstance(base, ir.ExternOutput) or not isinstance(meta, TensorMeta) or body.dtype != base.dtype or \
+            getattr(self.nodes.get(base.extern), "fn", None) not in _FRESH_RESULT_EXTERNS or \
+            any(is_symbolic(s) for s in (*x.shape, *base.shape)) or math.prod(x.shape) != math.prod(base.shape):
+        return self.pointwise(node, x.shape, x.dtype, x.load)
+    layout = ir.strided_layout(body.index, vars_, base.shape, base.stride)
+    if layout is None or layout[1] != 0 or not _same_strides(x.shape, layout[0], tuple(meta.stride)):
+        return self.pointwise(node, x.shape, x.dtype, x.load)
+    return x
+
+
 _LOWERINGS: dict[str, Callable[..., Any]] = {
     **{name: _elementwise(name) for name in list(UNARY) + list(BINARY)},
     "where": _where, "convert_element_type": _convert,
@@ -998,6 +1021,6 @@ _LOWERINGS: dict[str, Callable[..., Any]] = {
     "sum": _simple_reduction("sum"), "prod": _simple_reduction("prod"),
     "amax": _simple_reduction("amax"), "amin": _simple_reduction("amin"),
     "argmax": _arg_reduction("argmax"), "argmin": _arg_reduction("argmin"), "var_mean": _var_mean,
-    "iota": _iota, "full": _full, "clone": lambda self, node, x: self.pointwise(node, x.shape, x.dtype, x.load),
+    "iota": _iota, "full": _full, "clone": _clone,
 }
 _LOWERINGS.update(lower_indexing.LOWERINGS)

@@ -1,0 +1,117 @@
+"""The Externs of a transformer block on the CPU (issue #13): a bias add with nothing fused after
+it goes into the GEMM (codegen/cpp_externs.py fuse_bias_into_matmuls), and ``.contiguous()`` of
+attention's output transposed back is no copy (lower/lowering.py _clone).  Results equal eager's."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import ember
+from ember.codegen import cpp, cpp_externs
+
+
+@pytest.fixture
+def schedules(monkeypatch) -> list:
+    """The Schedule of every CPU compile, after the Extern policy ran."""
+    seen = []
+    apply = cpp_externs.apply_matmul_policy
+
+    def recording(sched):
+        apply(sched)
+        seen.append(sched)
+    monkeypatch.setattr(cpp, "apply_matmul_policy", recording)
+    return seen
+
+
+def extern_names(sched) -> list[str]:
+    return [getattr(step.node.fn, "__name__", "?") for step in sched.externs]
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.c_attn = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def test_attention_block_bias_in_gemm_and_no_copy(schedules):
+    torch.manual_seed(0)
+    model, x = Attention().eval(), torch.randn(2, 16, 64)
+    with torch.no_grad():
+        expected = model(x)
+        actual = ember.compile(model)(x)
+    torch.testing.assert_close(actual, expected)
+    (sched,) = schedules
+    # both biases have nothing to fuse with (QKV goes to attention, the projection is returned):
+    # addmm for both, and no kernel copies attention's output
+    assert extern_names(sched) == ["addmm", "scaled_dot_product_attention", "addmm"], extern_names(sched)
+    assert not sched.kernels
+
+
+@pytest.mark.parametrize("bias_first", [False, True])
+def test_linear_alone_is_one_addmm(schedules, bias_first):
+    fn = (lambda x, w, b: b + x @ w.t()) if bias_first else (lambda x, w, b: F.linear(x, w, b))
+    torch.manual_seed(0)
+    x, w, b = torch.randn(15, 24) if bias_first else torch.randn(3, 5, 24), torch.randn(40, 24), torch.randn(40)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(fn)(x, w, b), fn(x, w, b))
+    (sched,) = schedules
+    assert not sched.kernels and extern_names(sched) == ["addmm"]
+
+
+def test_bias_add_with_more_fused_keeps_mm(schedules):
+    """A GELU after the bias: the kernel runs anyway, the bias add is free there."""
+    fn = lambda x, w, b: F.gelu(F.linear(x, w, b))
+    torch.manual_seed(0)
+    x, w, b = torch.randn(3, 5, 24), torch.randn(40, 24), torch.randn(40)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(fn)(x, w, b), fn(x, w, b))
+    (sched,) = schedules
+    assert extern_names(sched) == ["mm"] and len(sched.kernels) == 1
+
+
+def test_product_read_twice_keeps_mm(schedules):
+    """The plain product is needed as well: no addmm (it would lose it)."""
+    def fn(x, w, b):
+        product = x @ w
+        return product + b, product.sum()
+    torch.manual_seed(0)
+    x, w, b = torch.randn(16, 24), torch.randn(24, 40), torch.randn(40)
+    with torch.no_grad():
+        actual = ember.compile(fn)(x, w, b)
+    for got, want in zip(actual, fn(x, w, b)):
+        torch.testing.assert_close(got, want)
+    assert all("addmm" not in extern_names(sched) for sched in schedules)
+
+
+def test_bias_of_other_shape_keeps_mm(schedules):
+    """A bias per row (a column vector) is not addmm's row bias."""
+    fn = lambda x, w, b: x @ w + b[:, None]
+    torch.manual_seed(0)
+    x, w, b = torch.randn(16, 24), torch.randn(24, 40), torch.randn(16)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(fn)(x, w, b), fn(x, w, b))
+    (sched,) = schedules
+    assert "addmm" not in extern_names(sched)
+
+
+def test_contiguous_copy_of_attention_output_returned(schedules):
+    """The no-copy view of attention's output is returned with eager's (contiguous) strides."""
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v).transpose(1, 2).contiguous()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8).transpose(1, 2).contiguous().transpose(1, 2) for _ in range(3))
+    with torch.no_grad():
+        expected = fn(q, k, v)
+        actual = ember.compile(fn)(q, k, v)
+    torch.testing.assert_close(actual, expected)
+    assert actual.stride() == expected.stride()
+    assert all(not sched.kernels for sched in schedules)   # (a Schedule without kernels builds no C++)
