@@ -28,7 +28,7 @@ from ember.graph import TensorMeta, contiguous_strides, dense_strides_like, targ
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.decompositions import attention
-from ember.prims.values import Value, constant_tensor, emit_with_meta, is_tensor
+from ember.prims.values import Value, emit_with_meta, is_tensor
 from ember.symbolic import hint_of
 
 F = torch.nn.functional
@@ -431,7 +431,7 @@ def sdpa_vjp(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
     if call["dropout_p"] != 0:
         raise CompileError("scaled_dot_product_attention with dropout cannot be re-run exactly for its "
                            "backward", stage="autodiff", op="scaled_dot_product_attention")
-    if _all_true(call["attn_mask"]):
+    if attention.all_true(call["attn_mask"]):
         # a mask built from constants that is True everywhere (HF's bidirectional mask without
         # padding): the forward's lowering drops it too, and the fused kernels run without one
         args, kwargs = _without_mask(args, kwargs)
@@ -550,13 +550,6 @@ def cuda_efficient_attention_vjp(grad: Any, out: Any, *args: Any, **kwargs: Any)
                                seed, offset, call["dropout_p"], [True, True, True, False], call["is_causal"],
                                scale=call["scale"])
     return call.result(query=dq, key=dk, value=dv)
-
-
-def _all_true(mask: Any) -> bool:
-    if not is_tensor(mask) or mask.dtype != torch.bool:
-        return False
-    value = constant_tensor(mask)
-    return value is not None and bool(value.all())
 
 
 def _without_mask(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -792,8 +792,9 @@ def _math_backward(grad, q, k, v, bias, is_causal, scale):
         return torch.autograd.grad(again, leaves, grad)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
 @pytest.mark.parametrize("backend", ["flash", "cudnn", "efficient"])
-def test_training_calls_the_fused_forward_and_saves_its_statistics(backend, monkeypatch):
+def test_training_calls_the_fused_forward_and_saves_its_statistics(backend, dropout, monkeypatch):
     """In a differentiated graph on CUDA, attention is the fused forward op eager's dispatcher
     picks, and its backward op reads the saved output, log-sum-exp and Philox state: the forward
     runs once per step.  CPU stand-ins for the CUDA ops (dropout ignored by both, so eager
@@ -863,7 +864,7 @@ def test_training_calls_the_fused_forward_and_saves_its_statistics(backend, monk
     weights = torch.rand(2, 3, L, 8), torch.rand(2, 3, L, 8)
     sum(o * w for o, w in zip(fn(*eager_inputs, mask, 0.0), weights)).sum().backward()
     compiled = ember.compile(fn, options={"fallback": "error"})
-    sum(o * w for o, w in zip(compiled(*ember_inputs, mask, 0.1), weights)).sum().backward()
+    sum(o * w for o, w in zip(compiled(*ember_inputs, mask, dropout), weights)).sum().backward()
     for a, e in zip(ember_inputs, eager_inputs):
         torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
     ran = [name for name, device in calls if device != "meta"]     # not the compile-time meta runs
