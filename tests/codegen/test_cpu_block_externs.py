@@ -115,3 +115,79 @@ def test_contiguous_copy_of_attention_output_returned(schedules):
     torch.testing.assert_close(actual, expected)
     assert actual.stride() == expected.stride()
     assert all(not sched.kernels for sched in schedules)   # (a Schedule without kernels builds no C++)
+
+
+def attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def then_scaled(fn):
+    """``fn`` and a kernel after it: the CPU backend builds no C++, nor applies the Extern policy,
+    for a graph without kernels."""
+    return lambda q, k, v: fn(q, k, v) * 2
+
+
+def heads(batch: int, length: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """q, k, v as head views of one (B, T, 3 * H * D) projection, as a GPT block makes them."""
+    qkv = torch.randn(batch, length, 3 * 4 * 16, dtype=dtype)
+    return [t.view(batch, length, 4, 16).transpose(1, 2) for t in qkv.split(4 * 16, dim=2)]
+
+
+@pytest.mark.parametrize("length", [128, 200, 256])
+def test_causal_attention_in_query_blocks(schedules, length):
+    torch.manual_seed(0)
+    q, k, v = heads(2, length)
+    fn = then_scaled(attention)
+    with torch.no_grad():
+        expected = fn(q, k, v)
+        actual = ember.compile(fn)(q, k, v)
+    torch.testing.assert_close(actual, expected)
+    (sched,) = schedules
+    assert extern_names(sched) == ["causal_attention_by_query_blocks"]
+
+
+def test_causal_attention_in_query_blocks_bf16(schedules):
+    torch.manual_seed(0)
+    q, k, v = heads(2, 256, torch.bfloat16)
+    fn = then_scaled(attention)
+    with torch.no_grad():
+        expected = fn(q, k, v)
+        actual = ember.compile(fn)(q, k, v)
+    torch.testing.assert_close(actual.float(), expected.float(), rtol=8e-3, atol=1.6e-2)    # a bf16 ulp
+    (sched,) = schedules
+    assert extern_names(sched) == ["causal_attention_by_query_blocks"]
+
+
+@pytest.mark.parametrize("case", ["short", "long", "not_causal", "mask", "cross"])
+def test_other_attention_keeps_eager_call(schedules, case):
+    torch.manual_seed(0)
+    length = {"short": 64, "long": 768}.get(case, 128)
+    q, k, v = heads(1, length)
+    if case == "not_causal":
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
+    elif case == "mask":
+        mask = torch.rand(length, length) > 0.3
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    elif case == "cross":   # fewer queries than keys: the causal mask is top-left aligned
+        q = q[:, :, :100]
+        fn = attention
+    else:
+        fn = attention
+    fn = then_scaled(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(fn)(q, k, v), fn(q, k, v))
+    (sched,) = schedules
+    assert extern_names(sched) == ["scaled_dot_product_attention"]
+
+
+def test_query_blocks_function():
+    """The output has the flash kernel's (B, L, H, D) layout; other arguments go to eager."""
+    torch.manual_seed(0)
+    q, k, v = heads(2, 130)
+    with torch.no_grad():
+        out = cpp_externs.causal_attention_by_query_blocks(q, k, v, is_causal=True)
+        expected = attention(q, k, v)
+        torch.testing.assert_close(out, expected)
+        assert out.stride() == expected.stride() == (130 * 4 * 16, 16, 4 * 16, 1)
+        full = cpp_externs.causal_attention_by_query_blocks(q, k, v, scale=0.3)
+        torch.testing.assert_close(full, F.scaled_dot_product_attention(q, k, v, scale=0.3))
