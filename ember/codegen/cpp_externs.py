@@ -238,8 +238,10 @@ def split_causal_attention(sched: Schedule) -> None:
         shapes = [_shape(arg, sched) for arg in node.args[:3]]
         if any(shape is None or len(shape) != 4 or any(is_symbolic(v) for v in shape) for shape in shapes):
             continue
-        (_, _, queries, _), (_, _, keys, _), _ = shapes
-        if queries == keys and queries in CAUSAL_BLOCK_LENGTHS:
+        (batch, heads, queries, _), (_, _, keys, _), _ = shapes
+        # each block's call shares out (batch, head) pairs: as many as threads at least (measured
+        # on 2 threads only; a block has fewer query splits to share than the whole call)
+        if queries == keys and queries in CAUSAL_BLOCK_LENGTHS and batch * heads >= torch.get_num_threads():
             node.fn = causal_attention_by_query_blocks
 
 

@@ -191,3 +191,15 @@ def test_query_blocks_function():
         assert out.stride() == expected.stride() == (130 * 4 * 16, 16, 4 * 16, 1)
         full = cpp_externs.causal_attention_by_query_blocks(q, k, v, scale=0.3)
         torch.testing.assert_close(full, F.scaled_dot_product_attention(q, k, v, scale=0.3))
+
+
+def test_fewer_head_pairs_than_threads_keep_eager_call(schedules, monkeypatch):
+    """Each block's call shares out its (batch, head) pairs: with fewer than threads, one call."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
+    torch.manual_seed(0)
+    q, k, v = heads(2, 256)
+    fn = then_scaled(attention)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(fn)(q, k, v), fn(q, k, v))
+    (sched,) = schedules
+    assert extern_names(sched) == ["scaled_dot_product_attention"]
