@@ -38,7 +38,7 @@ from ember.errors import CompileError
 from ember.graph import tree_map
 from ember.lower import ir
 from ember.lower.scheduler import BufferPlan, ExternCall, Schedule
-from ember.symbolic import is_symbolic, known_equal_sizes, python_code, size_access
+from ember.symbolic import is_symbolic, known_equal, known_equal_sizes, python_code, size_access
 
 
 class WrapperSource:
@@ -501,6 +501,9 @@ def _strided_view(base: str, view: ir.BufferView, plan: BufferPlan) -> str:
         raise CompileError(f"extern argument viewing {view.name} is not strided in its buffer layout",
                            stage="codegen")
     stride, offset = layout
+    if known_equal_sizes(tuple(view.shape), tuple(plan.shape)) and known_equal_sizes(tuple(stride), tuple(plan.stride)) \
+            and known_equal(offset, 0):
+        return base         # the whole buffer as it is laid out: no view to make (2-3 us each)
     if plan.kind in ("input", "extern"):
         # inputs and extern results may start inside their storage; offsets here are relative
         start = f"{base}.storage_offset() + {sizes(offset)}" if offset else f"{base}.storage_offset()"
