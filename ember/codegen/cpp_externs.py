@@ -10,6 +10,12 @@ In: a Schedule about to be compiled for the CPU.  Out: the same Schedule, where
   nothing follows, the kernel re-read and re-wrote the whole product (the 2048 x 1536 QKV
   projection of benchmarks/cpu_blocks.py's block: 1.4-3.3 ms a call, a fresh 12 MB buffer) where
   the GEMM adds the bias while it writes its output (beta = 1), as eager's linear does;
+* a backward's ``mm`` whose product is returned only transposed (a weight gradient: the VJP of
+  ``x @ W.t()`` computes ``x.t() @ g``, a [in, out] product returned as the [out, in] gradient,
+  column-major) computes the transposed product itself, ``g.t() @ x``, row-major, as eager's
+  linear backward does (``transpose_returned_products``): autograd's AccumulateGrad copied each
+  column-major gradient into the parameter's row-major layout (4 copies of 1-4 MB a nanoGPT
+  block's step), and the GEMM takes as long either way;
 * causal self-attention of 128 to 767 tokens runs as blocks of 64 queries, each block against
   only the keys it sees (``causal_attention_by_query_blocks``).  Eager's CPU flash kernel took as
   long for causal attention as for full attention at these lengths (B8 H8 T256 D64: 22.6 ms
@@ -104,6 +110,60 @@ def apply_matmul_policy(sched: Schedule) -> None:
         if _rows(node.args[position], sched) < MIN_ROWS:
             continue
         node.fn = in_float32(node.fn, dtype)
+    transpose_returned_products(sched)
+
+
+def transpose_returned_products(sched: Schedule) -> None:
+    """A backward's ``mm(a, b)`` that only the caller reads, as its transpose (the module
+    docstring) -> ``mm(b.t(), a.t()).t()``: the product's buffer column-major, its returned
+    transpose row-major.  Static 2-d float products only; the numbers are the same products
+    summed by the same GEMM, only with the operands' roles swapped."""
+    if not sched.program.extra.get("backward", False):
+        return
+    read = set()
+    for step in sched.steps:
+        read |= set(step.reads) if isinstance(step, FusedKernel) else set(step.node.reads())
+    for step in sched.externs:
+        node = step.node
+        if _unwrapped(node.fn) is not torch.mm or len(step.outputs) != 1 or node.kwargs or len(node.args) != 2:
+            continue
+        name = step.outputs[0].name
+        plan = sched.buffers.get(name)
+        if name in read or plan is None or plan.kind != "extern" or len(plan.shape) != 2 or \
+                not _row_major(plan) or plan.dtype not in (torch.float32, torch.float64, *LOW_PRECISION):
+            continue
+        rows, cols = plan.shape
+        views = [i for i, out in enumerate(sched.program.outputs)
+                 if (isinstance(out, ir.OutputView) and out.base == name) or (isinstance(out, str) and out == name)]
+        if not views or not all(_is_transpose(sched.program.outputs[i], rows, cols) for i in views):
+            continue
+        node.fn = _transposed_product(node.fn)
+        stride = (1, rows)
+        sched.buffers[name] = dataclasses.replace(plan, stride=stride)
+        step.outputs[0] = dataclasses.replace(step.outputs[0], stride=stride)
+        if isinstance(sched.program.nodes.get(name), ir.ExternOutput):
+            sched.program.nodes[name] = step.outputs[0]
+        for i in views:
+            sched.program.outputs[i] = dataclasses.replace(sched.program.outputs[i], stride=(rows, 1))
+
+
+def _is_transpose(out: object, rows: int, cols: int) -> bool:
+    """Is a program output the transpose of a row-major [rows, cols] buffer?"""
+    return isinstance(out, ir.OutputView) and tuple(out.shape) == (cols, rows) and \
+        tuple(out.stride) == (1, cols) and out.storage_offset == 0
+
+
+def _unwrapped(fn: Callable) -> Callable:
+    return getattr(fn, "wrapped", fn)
+
+
+def _transposed_product(fn: Callable) -> Callable:
+    """``fn(a, b)`` (a matrix product) computed as ``fn(b.t(), a.t()).t()``."""
+    def transposed_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return fn(b.t(), a.t()).t()
+    transposed_product.__name__ = f"{getattr(fn, '__name__', 'mm')}_transposed"
+    transposed_product.wrapped = _unwrapped(fn)
+    return transposed_product
 
 
 def _rows(arg: ir.BufferRef, sched: Schedule) -> int:

@@ -203,3 +203,46 @@ def test_fewer_head_pairs_than_threads_keep_eager_call(schedules, monkeypatch):
         torch.testing.assert_close(ember.compile(fn)(q, k, v), fn(q, k, v))
     (sched,) = schedules
     assert extern_names(sched) == ["scaled_dot_product_attention"]
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(dim, 4 * dim)
+        self.proj = torch.nn.Linear(4 * dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+def test_weight_gradients_row_major(schedules):
+    """A training backward computes each weight gradient as eager's linear backward does
+    (``g.t() @ x``, row-major), not ``x.t() @ g`` returned transposed (codegen/cpp_externs.py
+    transpose_returned_products): the gradients equal eager's and have the parameters' strides."""
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(4, 24, 32, requires_grad=True)
+    reference = MLP()
+    reference.load_state_dict(model.state_dict())
+    x_ref = x.detach().clone().requires_grad_(True)
+    grad = torch.randn(4, 24, 32)
+    reference(x_ref).backward(grad)
+    ember.compile(model)(x).backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, msg=name)
+        assert p.grad.stride() == p.stride(), name
+    backward = schedules[-1]
+    assert sorted(extern_names(backward)).count("mm_transposed") == 2, extern_names(backward)
+
+
+def test_product_read_by_a_kernel_keeps_its_layout(schedules):
+    """Only a product that nothing but the caller reads is transposed; an inference graph's
+    transposed product is returned with eager's strides."""
+    fn = lambda a, b: (a @ b).t()
+    torch.manual_seed(0)
+    a, b = torch.randn(16, 24), torch.randn(24, 40)
+    with torch.no_grad():
+        out = ember.compile(fn)(a, b)
+    torch.testing.assert_close(out, fn(a, b))
+    assert out.stride() == fn(a, b).stride()
+    assert all("mm_transposed" not in extern_names(sched) for sched in schedules)
