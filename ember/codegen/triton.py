@@ -218,19 +218,22 @@ class TritonKernelPrinter:
     # ---------------------------------------------------------- decisions
     def index_type(self) -> str:
         limit = 2**31 - 1
-        biggest = max(self.xnumel * max(self.rnumel, 1), 1)
+        extents = [self.xnumel * max(self.rnumel, 1), 1]
         for name in self.arguments():
             plan = self.buffers[name]
-            span = sum((s - 1) * abs(st) for s, st in zip(plan.shape, plan.stride) if s > 0)
-            biggest = max(biggest, span + 1)
+            extents.append(sum((s - 1) * abs(st) for s, st in zip(plan.shape, plan.stride) if s > 0) + 1)
         # indices used as values (iota, Philox counters = offset + linear index) are computed in it too
         for step in self.kernel.steps:
             for body in [r.body for r in step.reductions] + [st.body for st in step.stores]:
                 for node in ir.walk(body):
                     if isinstance(node, IndexValue):
                         lo, hi = node.index.bounds()
-                        biggest = max(biggest, abs(lo) + 1, abs(hi) + 1)
-        return "tl.int32" if biggest + 2 * 8192 < limit else "tl.int64"
+                        extents += [abs(lo) + 1, abs(hi) + 1]
+        if any(is_symbolic(e) for e in extents):
+            # one guard on a bound of them all (none is negative: their sum), not a guard per
+            # ordering of two sizes (s1 + 1 <= s0), which other sizes fail and recompile
+            return "tl.int32" if sum(extents) + 2 * 8192 < limit else "tl.int64"
+        return "tl.int32" if max(extents) + 2 * 8192 < limit else "tl.int64"
 
     def arguments(self) -> list[str]:
         return list(self.kernel.reads) + list(self.kernel.writes)
