@@ -26,7 +26,7 @@ import torch
 
 from ember.codegen.cpp_externs import apply_matmul_policy
 from ember.codegen.cpp_prelude import PRELUDE
-from ember.codegen.cpp_rows import RowCache, private_buffers
+from ember.codegen.cpp_rows import RowCache, combine_stored_terms, private_buffers
 from ember.errors import CompileError
 from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
@@ -52,6 +52,9 @@ SPLIT_ROWS = False
 # many in double): 2 AVX2 vectors.  32 were 2x slower (g++ kept them in memory); 0: the two-pass form,
 # for A/B runs
 WELFORD_LANES = 16
+# one buffer for the terms that every reader only adds up (codegen/cpp_rows.py combine_stored_terms;
+# False: each term its own buffer, for A/B runs)
+COMBINE_STORED_TERMS = True
 STORAGE_TYPE = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
     torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int32_t",
@@ -78,6 +81,8 @@ def generate_cpp(sched: Schedule, size_args: dict[str, list[str]] | None = None)
     policy for the Schedule's Externs is applied here too (codegen/cpp_externs.py: bf16/fp16
     matrix products in float32 where that is faster)."""
     apply_matmul_policy(sched)
+    if COMBINE_STORED_TERMS:
+        combine_stored_terms(sched)
     kernels = []
     private = private_buffers(sched)
     for kernel in sched.kernels:

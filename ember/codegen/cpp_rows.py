@@ -6,10 +6,12 @@ row arrays and which are not stored at all; codegen/cpp.py's KernelPrinter print
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ember.lower import ir
-from ember.lower.ir import Cast, Expr, Index, Op
+from ember.lower.ir import Cast, Const, Expr, Index, Load, Op
 from ember.lower.scheduler import FusedKernel, LoopStep, Schedule
 from ember.symbolic import hint_of
 
@@ -191,3 +193,145 @@ def _visit(bodies: list[Expr], stop) -> set[Expr]:
 def _computed_size(dtype: torch.dtype) -> int:
     """Bytes of a value as the kernel computes it (bf16/fp16 in float)."""
     return 4 if dtype in (torch.float16, torch.bfloat16) else dtype.itemsize
+
+
+# ============================================================ one buffer for values read only summed
+def combine_stored_terms(sched: Schedule) -> None:
+    """Buffers that a kernel stores and that every reader loads only inside one same expression
+    of them (``a + b + c * 0.5``: the terms of a norm's input gradient, which the backward of
+    benchmarks/train_cpu.py's pointwise block stored as three [16, 256, 1024] buffers, re-read by
+    the same kernel's last pass and by the weight gradients' column reduction) -> the kernel
+    stores that expression into the first of them, the readers load it, the others are gone.
+    Two fewer buffers written and read per element there.  Only float32/float64 buffers of one
+    layout, stored at one index by one pass: the loaded value is the expression's value exactly."""
+    returned = sched.program.returned_buffers()
+    extern_read: set[str] = set()
+    for step in sched.steps:
+        if not isinstance(step, FusedKernel):
+            extern_read |= set(step.node.reads())
+    allocations = {plan.allocation for name, plan in sched.buffers.items() if plan.allocation != name}
+    writers: dict[str, int] = {}
+    for kernel in sched.kernels:
+        for name in set(kernel.writes):
+            writers[name] = writers.get(name, 0) + 1
+    shared = {name for name, count in writers.items() if count > 1}
+    for kernel in sched.kernels:
+        _combine_in(sched, kernel, returned | extern_read | shared, allocations)
+
+
+def _combine_in(sched: Schedule, kernel: FusedKernel, excluded: set[str], allocations: set[str]) -> None:
+    stores: dict[str, tuple[int, object]] = {}
+    counts: dict[str, int] = {}
+    for position, step in enumerate(kernel.steps):
+        for store in step.stores:
+            counts[store.buffer] = counts.get(store.buffer, 0) + 1
+            stores[store.buffer] = (position, store)
+    candidates = set()
+    for name, (position, store) in stores.items():
+        plan = sched.buffers.get(name)
+        if counts[name] != 1 or plan is None or name in excluded or name in allocations or \
+                plan.kind != "intermediate" or plan.dtype not in (torch.float32, torch.float64) or \
+                store.body.dtype != plan.dtype:
+            continue
+        candidates.add(name)
+    if len(candidates) < 2:
+        return
+    readers = [k for k in sched.kernels if candidates & set(k.reads) or k is kernel]
+    # each maximal expression of candidate loads (and constants) in the readers' bodies
+    forms: dict[str, set[Expr]] = {name: set() for name in candidates}
+    for reader in readers:
+        for step in reader.steps:
+            for body in _step_bodies(step):
+                for node, form, index in _occurrences(body, candidates):
+                    buffers = {ld.buffer for ld in ir.loads(node)}
+                    for name in buffers:
+                        forms[name].add(form if index is not None else None)
+    groups: dict[Expr, set[str]] = {}
+    for name, found in forms.items():
+        if len(found) == 1 and None not in found:
+            form = next(iter(found))
+            groups.setdefault(form, set()).add(name)
+    for form, group in groups.items():
+        members = {ld.buffer for ld in ir.loads(form)}
+        if members != group or len(group) < 2 or form.dtype not in (torch.float32, torch.float64):
+            continue
+        layouts = {(p.shape, p.stride, p.dtype, p.storage_offset) for p in (sched.buffers[n] for n in group)}
+        places = {(stores[n][0], stores[n][1].index) for n in group}
+        if len(layouts) != 1 or len(places) != 1 or sched.buffers[next(iter(group))].dtype != form.dtype:
+            continue
+        _apply(sched, kernel, form, group, readers)
+
+
+def _occurrences(body: Expr, candidates: set[str]):
+    """(node, its form with indices dropped, the one index of its loads or None) of each maximal
+    sub-expression of ``body`` built only of candidate loads and constants (one load at least)."""
+    pure: dict[Expr, bool] = {}
+    for node in ir.walk(body):
+        if isinstance(node, Load):
+            pure[node] = node.buffer in candidates
+        elif isinstance(node, Const):
+            pure[node] = True
+        elif isinstance(node, (Op, Cast)):
+            pure[node] = all(pure[c] for c in node.children())
+        else:
+            pure[node] = False
+    found = []
+    stack, seen = [body], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if pure[node] and not isinstance(node, Const):
+            indices = {ld.index for ld in ir.loads(node)}
+            form = ir.map_expr(node, lambda n, args: Load(n.buffer, (), n.dtype) if isinstance(n, Load)
+                               else ir.replace_children(n, args))
+            found.append((node, form, next(iter(indices)) if len(indices) == 1 else None))
+            continue
+        stack.extend(node.children())
+        # a candidate load inside an index (a gather's position) is no plain value: give up on it
+        for idx in ir.indices_of(node):
+            for atom in ir.indirect_atoms(idx):
+                for ld in ir.loads(atom.value):
+                    if ld.buffer in candidates:
+                        found.append((ld, ld, None))
+    return found
+
+
+def _apply(sched: Schedule, kernel: FusedKernel, form: Expr, group: set[str], readers: list[FusedKernel]) -> None:
+    target = sorted(group)[0]
+    position = next(i for i, step in enumerate(kernel.steps) for st in step.stores if st.buffer in group)
+    step = kernel.steps[position]
+    values = {st.buffer: st.body for st in step.stores if st.buffer in group}
+    index = next(st.index for st in step.stores if st.buffer in group)
+    combined = ir.map_expr(form, lambda n, args: values[n.buffer] if isinstance(n, Load)
+                           else ir.replace_children(n, args))
+    new_stores, placed = [], False
+    for st in step.stores:
+        if st.buffer not in group:
+            new_stores.append(st)
+        elif not placed:
+            new_stores.append(dataclasses.replace(st, buffer=target, index=index, body=combined))
+            placed = True
+    step.stores = new_stores
+    for reader in readers:
+        for rstep in reader.steps:
+            for red in rstep.reductions:
+                red.body = _replace_occurrences(red.body, form, group, target)
+            for st in rstep.stores:
+                st.body = _replace_occurrences(st.body, form, group, target)
+        loaded = {ld.buffer for s in reader.steps for b in _step_bodies(s) for ld in ir.loads(b)}
+        reader.reads = [name for name in reader.reads if name not in group or name in loaded]
+        if target in loaded and target not in reader.reads and reader is not kernel:
+            reader.reads.append(target)
+    kernel.writes = [name for name in kernel.writes if name not in group or name == target]
+    for name in group - {target}:
+        del sched.buffers[name]
+
+
+def _replace_occurrences(body: Expr, form: Expr, group: set[str], target: str) -> Expr:
+    replacements = {node: Load(target, index, form.dtype)
+                    for node, node_form, index in _occurrences(body, group) if node_form is form}
+    if not replacements:
+        return body
+    return ir.map_expr(body, lambda n, args: replacements.get(n) or ir.replace_children(n, args))
