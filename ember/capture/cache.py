@@ -74,10 +74,42 @@ class CacheEntry:
             return run_without_autocast(self.autocast_devices, self._call, inputs)
         return self._call(*inputs)
 
-    def failed_guard(self, result: int) -> str:
-        if 0 <= result < len(self.guard_texts):
-            return self.guard_texts[result]
-        return "evaluating a guard raised an exception"
+    def failed_guard(self, result: int, L: dict | None = None) -> str:
+        """The text of the check that failed; with the call's locals, only the part of a
+        compound check (a dynamic tensor's dim, sizes, strides, offset) that is false for them."""
+        if not 0 <= result < len(self.guard_texts):
+            return "evaluating a guard raised an exception"
+        text = self.guard_texts[result]
+        if L is not None:
+            for part in _conjuncts(text):
+                try:
+                    holds = eval(part, {"torch": torch}, {"L": L})   # noqa: S307 - our own guard text
+                except Exception:  # noqa: BLE001 - a part that does not evaluate alone: the whole text
+                    return text
+                if not holds:
+                    return part
+        return text
+
+
+def _conjuncts(text: str) -> list[str]:
+    """``a and b and c`` split at its top-level ``and``s (not inside brackets or strings)."""
+    parts, depth, quote, start, i = [], 0, None, 0, 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and text.startswith(" and ", i):
+            parts.append(text[start:i])
+            start = i = i + len(" and ")
+            continue
+        i += 1
+    return parts + [text[start:]]
 
 
 _ALL: weakref.WeakSet[CapturedFunction] = weakref.WeakSet()
@@ -187,7 +219,7 @@ class CapturedFunction:
         reason = None
         if failures:
             entry, result = failures[0]
-            reason = f"{self.spec.name}: guard failed: {entry.failed_guard(result)}"
+            reason = f"{self.spec.name}: guard failed: {entry.failed_guard(result, L)}"
             log("recompiles", reason)
         if len(self.entries) >= self.cache_size_limit:
             if not self._warned_limit:
