@@ -334,8 +334,8 @@ def test_explain_reports_graph_breaks_with_location():
     torch.testing.assert_close(report.output, x * 2 + 1)
 
 
-@pytest.mark.xfail(reason="capture runs the whole frame eagerly at a break (no continuations yet)", strict=False)
 def test_graph_break_is_partial():
+    """A graph break splits the frame: the code before and after it compile as two graphs."""
     report = ember.explain(graph_break_function, torch.randn(3))
     assert report.graph_count == 2 and report.ops_per_graph == [1, 1]
 
