@@ -170,3 +170,26 @@ def test_layer_norm_weight_gradient(monkeypatch):
     torch.testing.assert_close(model.weight.grad, reference.weight.grad, **FP32)
     torch.testing.assert_close(model.bias.grad, reference.bias.grad, **FP32)
     assert any(COLUMN_FORM in s for s in sources), "the weight gradient did not use the column form"
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("columns", [100, 1024, 1500])
+def test_tiles_as_wide_as_threads_allow(monkeypatch, threads, columns):
+    """Tiles are as wide as leaves one for each thread (COLUMN_TILE_BYTES): each row's memory is
+    read in long runs.  The width changes no result: each column adds its rows in the same order."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    torch.manual_seed(0)
+    x = torch.randn(512, columns)        # work enough for a parallel kernel
+    fn = lambda t: (t.sum(0), (t * t).sum(0), t.amax(0))
+    compiled, sources = compile_recording(fn)
+    results = compiled(x)
+    ember.reset()
+    monkeypatch.setattr(cpp, "COLUMN_TILE_BYTES", 0)
+    narrow, narrow_sources = compile_recording(fn)
+    for actual, same, expected in zip(results, narrow(x), fn(x)):
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)   # sums of 512 rows
+        assert torch.equal(actual, same)
+    tile = -(-columns // threads)
+    tile = max(64, min(-(-tile // 64) * 64, 16384 // 16 // 64 * 64))   # 3 float sums and a NaN flag
+    assert f"// column-tiled reduction: {tile} adjacent columns per tile" in sources[0], sources[0][:2000]
+    assert "// column-tiled reduction: 64 adjacent columns per tile" in narrow_sources[0]
