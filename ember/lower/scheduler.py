@@ -21,6 +21,10 @@ How fusion is decided, in order:
    otherwise it is stored.
 4. Intermediate buffers whose last reader has run are reused for later
    buffers of the same numel and dtype.
+5. A backward places each node at its first user, and where its recomputed
+   forward values would be stored early and read block by block much later, it
+   copies each block's recomputation to run at that block's backward, from the
+   block's input (``_recompute_cuts``, ``_cloned_program``).
 """
 from __future__ import annotations
 
@@ -137,15 +141,54 @@ class _Group:
 
 
 class _Scheduler:
-    def __init__(self, program: ir.LoopProgram):
+    def __init__(self, program: ir.LoopProgram, keep: frozenset[str] = frozenset(), cloned: bool = False):
         self.program = program
         self.nodes = program.nodes
         self.users = program.users()
-        self.forced = self._forced_buffers()
+        self.keep = keep                     # stored and never recomputed: the inputs of cloned recomputations
+        self.cloned = cloned                 # the program's recomputations were cloned once already
+        self.forced = self._forced_buffers() | keep
         self.inlined: dict[str, Expr] = {}   # node name -> body with inlinable loads expanded
         self.deps: dict[str, set[str]] = {}  # node name -> buffers its expanded body loads
         self.view_bases = {v.name for node in self.nodes.values() if isinstance(node, ir.Extern)
                            for v in _tree_leaves((node.args, node.kwargs)) if isinstance(v, ir.BufferView)}
+        self.order = self._placement_order()
+
+    def _placement_order(self) -> list[str]:
+        """The order in which nodes are placed into kernels.  A backward places each computed
+        node just before its first user: it recomputes forward values from saved ones, and lowered
+        in program order the whole recomputation comes first, each value placed before any kernel
+        that frees memory, so the memory rules of ``_place`` could not keep it out of the first
+        kernel (the pointwise model's first backward kernel stored 35 activations, every block's
+        recomputed values, read block by block much later).  Placed at its first user, a value
+        the backward reads late is placed after the kernels that free memory before it.
+        Elsewhere program order (a forward's values are made near their uses already)."""
+        if not self.program.extra.get("backward", False):
+            return list(self.nodes)
+        order: list[str] = []
+        done: set[str] = set()
+
+        def emit(name: str) -> None:
+            stack = [(name, False)]
+            while stack:
+                current, expanded = stack.pop()
+                if current in done:
+                    continue
+                if expanded:
+                    done.add(current)
+                    order.append(current)
+                    continue
+                stack.append((current, True))
+                for dep in sorted(self.nodes[current].reads(), key=position.__getitem__, reverse=True):
+                    if dep not in done:
+                        stack.append((dep, False))
+
+        position = {name: i for i, name in enumerate(self.nodes)}
+        for name, node in self.nodes.items():
+            if isinstance(node, (ir.Pointwise, ir.Reduction)) and self.users[name]:
+                continue        # placed with its first user
+            emit(name)
+        return order
 
     def _forced_buffers(self) -> set[str]:
         forced = {name for name, node in self.nodes.items()
@@ -185,10 +228,21 @@ class _Scheduler:
             # store them once instead of recomputing them in every kernel that reads them
             self._set_forced(self.forced | shared)
             groups, where, releases = self._group()
-            long_lived = self._long_lived(shared, where, releases)
+            long_lived = self._long_lived(shared, where, releases) - self.keep
             if long_lived:
+                if not self.cloned:
+                    plan = self._recompute_cuts(long_lived, releases)
+                    program = self._cloned_program(plan) if plan else None
+                    if program is not None:
+                        keep = frozenset(cut for _, cut in plan if isinstance(self.nodes[cut], ir.Pointwise))
+                        # once: a plan without Pointwise cuts would clone the clone again, forever
+                        return _Scheduler(program, keep, cloned=True).run()
                 self._set_forced(self.forced - long_lived)
                 groups, where, _ = self._group()
+                unread = self._read_in_own_kernel_only(shared - long_lived, groups, where)
+                if unread:
+                    self._set_forced(self.forced - unread)
+                    groups, where, _ = self._group()
         local = self._local_reductions(groups, where)
         steps = [self._build_kernel(g, i, local) if isinstance(g, _Group) else
                  ExternCall(g, [n for n in self.nodes.values() if isinstance(n, ir.ExternOutput) and n.extern == g.name])
@@ -224,12 +278,186 @@ class _Scheduler:
                 out.add(name)
         return out
 
+    def _read_in_own_kernel_only(self, stored: set[str], groups: list, where: dict[str, int]) -> set[str]:
+        """Shared values of a kernel without an inner loop that every reader reads in that kernel:
+        stored for nothing (a pointwise block's backward stored 15 activations that only its own
+        kernel read).  In a kernel with inner loops such a value carries a row from one pass to
+        later ones (the C++ backend keeps it in a row array: cpp_rows.private_buffers)."""
+        positions: dict[str, set[int]] = {}
+        for name, pos in where.items():
+            reads = self.nodes[name].reads() if isinstance(self.nodes[name], ir.Extern) else self._deps(name)
+            for dep in reads:
+                positions.setdefault(dep, set()).add(pos)
+        return {name for name in stored if name in where and not groups[where[name]].inner
+                and positions.get(name, set()) <= {where[name]}}
+
+    def _recompute_cuts(self, long_lived: set[str], releases: _Releases) -> list[tuple[list[str], str]]:
+        """Where a backward recomputes its long-lived values from: [(values, cut)].  Stored by the
+        first kernel that needs them and read again block by block much later, they lived through
+        the backward (the pointwise model: its first backward kernel computes every block's chain
+        to reach the last block's input, and stored 35 activations that the blocks' backwards read);
+        recomputed from their own inputs instead, those inputs lived as long in turn.  Here the
+        long-lived values recomputed from one input are split by the dominator tree
+        (``_dominators``) into the sets that later kernels read one after another (a block's
+        backward each: the values under one child of a node, read last in a span of kernels that
+        no other child's values are read in); each set is recomputed from the smallest value on the
+        dominator chain between the split and the set (an input, or a block's input: every path
+        from the program's input to the block's values passes through it), the cut, which is stored
+        (``_cloned_program``).  Backward programs only (a forward makes its values near their
+        uses), and only values that split so (one set: recomputing all from the input could cost
+        the whole chain again)."""
+        if not self.program.extra.get("backward", False):
+            return []
+        idom, depth = self._dominators()
+        self.idom, self.depth = idom, depth
+        by_root: dict[str, list[str]] = {}
+        for name in long_lived:
+            root = name
+            while idom.get(root) is not None:
+                root = idom[root]
+            # recomputed from one input (not a gradient: those mix the tangents in)
+            if root != name and isinstance(self.nodes[root], ir.InputBuffer):
+                by_root.setdefault(root, []).append(name)
+        last = {name: releases.last_read.get(name, -1) for name in long_lived}
+        sets: list[tuple[list[str], str]] = []      # (values, the node their chain is split at)
+
+        def split(values: list[str], top: str) -> None:
+            lca = values[0]
+            for name in values[1:]:
+                lca = _common_dominator(lca, name, idom, depth)
+            parts: dict[str, list[str]] = {}
+            for name in values:
+                child = name
+                while child != lca and idom[child] != lca:
+                    child = idom[child]
+                parts.setdefault(child, []).append(name)
+            spans = sorted((min(last[n] for n in part), max(last[n] for n in part)) for part in parts.values())
+            if len(parts) > 1 and all(a[1] < b[0] for a, b in zip(spans, spans[1:])):
+                for child, part in parts.items():
+                    split(part, lca) if child != lca else sets.append((part, top))
+            else:
+                sets.append((values, top))
+
+        for root, values in by_root.items():
+            before = len(sets)
+            split(values, root)
+            if len(sets) == before + 1:
+                del sets[before:]
+        plan: list[tuple[list[str], str]] = []
+        for values, top in sets:
+            lca = values[0]
+            for name in values[1:]:
+                lca = _common_dominator(lca, name, idom, depth)
+            # the smallest value on the chain from the set up to the split (an input costs nothing)
+            chain = [lca]
+            while chain[-1] != top:
+                chain.append(idom[chain[-1]])
+            inputs = [n for n in chain if isinstance(self.nodes[n], ir.InputBuffer)]
+            cut = inputs[0] if inputs else min(
+                (n for n in chain if isinstance(self.nodes[n], ir.Pointwise)), key=lambda n: _nbytes_of(self.nodes[n]),
+                default=None)
+            if cut is not None:
+                plan.append(([n for n in values if n != cut], cut))
+        return [(values, cut) for values, cut in plan if values]
+
+    def _cloned_program(self, plan: list[tuple[list[str], str]]) -> ir.LoopProgram | None:
+        """The program with each set's recomputation copied: the nodes between the cut and the set
+        get copies that their other readers (the gradients, anything that computes no cut) read,
+        placed before the first of them.  The first kernel still computes the
+        originals for the next block; the copies are placed, and stored where several kernels read
+        them, at the block's backward.  None where the copy would not be well-formed."""
+        idom, depth = self.idom, self.depth
+        # the recomputation's early part: what computes a cut (a later block's input) reads the originals
+        early: set[str] = set()
+        stack = [cut for _, cut in plan if isinstance(self.nodes[cut], ir.Pointwise)]
+        while stack:
+            name = stack.pop()
+            if name not in early:
+                early.add(name)
+                stack.extend(self.nodes[name].reads())
+        renames: dict[str, str] = {}
+        insert_before: dict[str, list[str]] = {}      # first late reader -> originals to copy before it
+        late_readers: set[str] = set()
+        position = {name: i for i, name in enumerate(self.nodes)}
+        for index, (values, cut) in enumerate(plan):
+            region: set[str] = set(values)
+            stack = list(values)
+            while stack:
+                for dep in self.nodes[stack.pop()].reads():
+                    if dep in region or dep == cut or not _dominated_by(dep, cut, idom, depth):
+                        continue
+                    region.add(dep)
+                    stack.append(dep)
+            if any(not isinstance(self.nodes[n], ir.Pointwise) or n in renames for n in region):
+                return None
+            readers = {u for n in region for u in self.users[n] if u not in region and u not in early}
+            if not readers or any(not isinstance(self.nodes[u], (ir.Pointwise, ir.Reduction)) for u in readers):
+                return None
+            for n in region:
+                renames[n] = f"{n}_re{index}"
+            late_readers |= readers
+            first = min(readers, key=position.__getitem__)
+            insert_before.setdefault(first, []).extend(sorted(region, key=position.__getitem__))
+        if set(renames.values()) & set(self.nodes):
+            return None
+
+        def rename_loads(body: Expr, names: dict[str, str]) -> Expr:
+            def visit(node: Expr, args: tuple[Expr, ...]) -> Expr:
+                if isinstance(node, Load) and node.buffer in names:
+                    return Load(names[node.buffer], node.index, node.dtype)
+                return ir.replace_children(node, args)
+            return ir.map_expr(body, visit)
+
+        nodes: dict[str, ir.LoopNode] = {}
+        for name, node in self.nodes.items():
+            for original in insert_before.get(name, ()):
+                copy = self.nodes[original]
+                nodes[renames[original]] = dataclasses.replace(
+                    copy, name=renames[original], body=rename_loads(copy.body, renames))
+            if name in late_readers:
+                node = dataclasses.replace(node, body=rename_loads(node.body, renames))
+            nodes[name] = node
+        seen: set[str] = set()
+        for name, node in nodes.items():
+            if not node.reads() <= seen:
+                return None
+            seen.add(name)
+        return dataclasses.replace(self.program, nodes=nodes)
+
+    def _dominators(self) -> tuple[dict[str, str | None], dict[str, int]]:
+        """Immediate dominators of the computed nodes in the graph of their full-size reads (a read
+        of a smaller buffer, a weight or a per-row statistic, is not a path): a node's dominator is
+        the nearest node that every such path from an input, reduction or Extern to it passes
+        through.  Those sources and nodes without full-size reads have none (None); nodes computed
+        from smaller buffers only (a weight broadcast to the full size) are no path either."""
+        idom: dict[str, str | None] = {}
+        depth: dict[str, int] = {}
+        small: set[str] = set()       # computed from smaller buffers only (a broadcast weight)
+        for name, node in self.nodes.items():
+            dom = None
+            if isinstance(node, ir.Pointwise):
+                size = hint_of(node.numel())
+                preds = [d for d in node.reads()
+                         if d in depth and d not in small and hint_of(self.nodes[d].numel()) >= size]
+                if not preds:
+                    small.add(name)
+                else:
+                    dom = preds[0]
+                    for pred in preds[1:]:
+                        dom = _common_dominator(dom, pred, idom, depth)
+                        if dom is None:
+                            break
+            idom[name] = dom
+            depth[name] = 0 if dom is None else depth[dom] + 1
+        return idom, depth
+
     def _group(self) -> tuple[list[_Group | ir.Extern], dict[str, int], _Releases]:
         groups: list[_Group | ir.Extern] = []
         where: dict[str, int] = {}          # schedulable/extern name -> position in groups
         last_extern = -1
         releases = _Releases(self)
-        for name, node in self.nodes.items():
+        for name in self.order:
+            node = self.nodes[name]
             if isinstance(node, ir.Extern):
                 where[name] = last_extern = len(groups)
                 groups.append(node)
@@ -566,6 +794,22 @@ class _Releases:
     def last_release_of(self, nbytes: int) -> int:
         """The latest group position after which at least ``nbytes`` are freed (-1: none)."""
         return max((at for at, freed in self.freed.items() if freed >= nbytes), default=-1)
+
+
+def _common_dominator(a: str | None, b: str | None, idom: dict[str, str | None], depth: dict[str, int]) -> str | None:
+    """The nearest node that dominates both (each node dominates itself); None: no common one."""
+    while a is not None and b is not None and a != b:
+        if depth[a] >= depth[b]:
+            a = idom[a]
+        else:
+            b = idom[b]
+    return a if a == b else None
+
+
+def _dominated_by(name: str, dom: str, idom: dict[str, str | None], depth: dict[str, int]) -> bool:
+    while name is not None and depth.get(name, -1) > depth[dom]:
+        name = idom[name]
+    return name == dom
 
 
 def _nbytes_of(node: ir.LoopNode) -> int:
