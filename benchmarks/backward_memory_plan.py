@@ -34,10 +34,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import ember  # noqa: E402
 from ember.backend import compile_graph  # noqa: E402
-from ember.codegen.wrapper import buffer_releases  # noqa: E402
+from ember.debug.memory_plan import live_bytes  # noqa: E402
 from ember.graph import TensorMeta  # noqa: E402
 from ember.lower.lowering import lower_graph  # noqa: E402
-from ember.lower.scheduler import ExternCall, Schedule, describe, schedule  # noqa: E402
+from ember.lower.scheduler import Schedule, describe, schedule  # noqa: E402
 
 
 def build(name: str, batch: int, seq: int, dim: int, bench: str):
@@ -77,35 +77,6 @@ def backward_schedule(model: torch.nn.Module, inputs: tuple) -> Schedule:
     graph.extra["backward"] = True     # as TrainingStep.compile_backward: the scheduler's memory rules
     specs = [p.meta if isinstance(p.meta, TensorMeta) else int for p in graph.placeholders]
     return schedule(lower_graph(graph, specs))
-
-
-def live_bytes(sched: Schedule) -> tuple[list[int], list[set[str]]]:
-    """Bytes (and buffer names) alive during each step, as the wrapper allocates and ``del``s them."""
-    releases = buffer_releases(sched)
-    released_at = {name: position for position, names in releases.items() for name in names}
-    made_at: dict[str, int] = {}
-    for position, step in enumerate(sched.steps):
-        names = [o.name for o in step.outputs] if isinstance(step, ExternCall) else step.writes
-        for name in names:
-            made_at.setdefault(name, position)
-    end = len(sched.steps)
-    storages: dict[str, list] = {}      # allocation -> [bytes, first step, last step, owner]
-    for name, plan in sched.buffers.items():
-        node = sched.program.nodes[name]
-        if plan.kind == "input" or name not in made_at or getattr(node, "scalar", False):
-            continue
-        storage = storages.setdefault(plan.allocation, [0, end, -1, plan.allocation])
-        if plan.allocation == name:
-            storage[0] = node.numel() * node.dtype.itemsize
-        storage[1] = min(storage[1], made_at[name])
-        storage[2] = max(storage[2], released_at.get(name, end))
-    live = [0] * (end + 1)
-    names: list[set[str]] = [set() for _ in range(end + 1)]
-    for nbytes, first, last, owner in storages.values():
-        for position in range(first, last + 1):
-            live[position] += nbytes
-            names[position].add(owner)
-    return live, names
 
 
 def main() -> None:

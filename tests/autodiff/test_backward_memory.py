@@ -39,10 +39,10 @@ from training_util import assert_same_grads
 
 import ember
 from ember.backend import compile_graph
-from ember.codegen.wrapper import buffer_releases
+from ember.debug.memory_plan import live_bytes
 from ember.graph import TensorMeta
 from ember.lower.lowering import lower_graph
-from ember.lower.scheduler import ExternCall, Schedule, schedule
+from ember.lower.scheduler import Schedule, schedule
 
 COMPILED: list = []
 
@@ -57,32 +57,8 @@ ember.register_backend("ember_recording_memory", _recording_backend)
 
 
 def peak_live_bytes(sched: Schedule) -> int:
-    """The most bytes of buffers the program makes (intermediates, Extern results, outputs) that
-    are alive at once, following the wrapper's ``del``s (``buffer_releases``) and the plan's
-    storage reuse.  Inputs are not counted: the saved values live through the backward anyway."""
-    releases = buffer_releases(sched)
-    released_at = {name: position for position, names in releases.items() for name in names}
-    made_at: dict[str, int] = {}
-    for position, step in enumerate(sched.steps):
-        names = [o.name for o in step.outputs] if isinstance(step, ExternCall) else step.writes
-        for name in names:
-            made_at.setdefault(name, position)
-    end = len(sched.steps)
-    storages: dict[str, list[int]] = {}      # allocation -> [bytes, first step, last step]
-    for name, plan in sched.buffers.items():
-        node = sched.program.nodes[name]
-        if plan.kind == "input" or name not in made_at or getattr(node, "scalar", False):
-            continue
-        storage = storages.setdefault(plan.allocation, [0, end, -1])
-        if plan.allocation == name:
-            storage[0] = node.numel() * node.dtype.itemsize
-        storage[1] = min(storage[1], made_at[name])
-        storage[2] = max(storage[2], released_at.get(name, end))
-    live = [0] * (end + 1)
-    for nbytes, first, last in storages.values():
-        for position in range(first, last + 1):
-            live[position] += nbytes
-    return max(live)
+    """The most bytes of buffers the program makes that are alive at once (inputs not counted)."""
+    return max(live_bytes(sched)[0])
 
 
 def backward_schedule(compiled) -> Schedule:
