@@ -91,6 +91,20 @@ class ShapeEnv:
         self.sources[symbol] = source
         return SymInt(symbol, self)
 
+    def size_symbol(self, hint: int, source: Any = None) -> SymInt:
+        """The symbol of an input's size: a size equal to one seen before gets that size's symbol
+        (duck sizing, as Dynamo does).  Every layer's KV cache then has one length, so their
+        kernels fuse and the wrapper reads one size; the guard checks that the sizes stay equal
+        (``symbol_source``), and a call where they differ compiles again."""
+        for symbol, value in self.hints.items():
+            if value == hint and self.ranges[symbol] == (2, INF):
+                return SymInt(symbol, self)
+        return self.symbol(hint, source)
+
+    def symbol_source(self, value: SymInt) -> Any:
+        """Where the guard and the wrapper read a symbol: the first size it was made for."""
+        return self.sources[value.expr]
+
     def hint(self, value: Any) -> int:
         """The value of ``value`` (an int, a SymInt or a sympy expression) at the hints."""
         if isinstance(value, SymInt):
@@ -518,7 +532,7 @@ def symbolic_shape(shape: tuple[int, ...], stride: tuple[int, ...], env: ShapeEn
         return None
     sizes: list[Any] = list(shape)
     for d in dims:
-        sizes[d] = env.symbol(shape[d], source(d))
+        sizes[d] = env.size_symbol(shape[d], source(d))
     order = sorted(range(len(shape)), key=lambda d: (stride[d], shape[d]))   # fastest first
     expected = 1
     for d in order:

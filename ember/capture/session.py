@@ -19,7 +19,7 @@ import torch
 
 from ..errors import Unsupported
 from ..graph import Graph, TensorMeta, size_check, size_is, sym_size, tree_leaves
-from ..symbolic import STORAGE_OFFSET, ShapeEnv, symbolic_shape
+from ..symbolic import STORAGE_OFFSET, ShapeEnv, is_symbolic, symbolic_shape
 from . import autocast, objects
 from . import numpy_values  # numpy
 from . import values as V
@@ -289,6 +289,10 @@ class CaptureSession:
             if STORAGE_OFFSET in wanted:   # any offset, 0 included: a view data[i] of a changing i
                 offset = self.shape_env.symbol(tensor.storage_offset(), (source, STORAGE_OFFSET), lower=0)
         add_tensor_guard(self.guards, source, tensor, symbolic, symbolic_offset=offset is not None)
+        for dim, size in enumerate(symbolic[0] if symbolic is not None else ()):
+            first_source, first_dim = self.shape_env.symbol_source(size) if is_symbolic(size) else (source, dim)
+            if (first_source.key(), first_dim) != (source.key(), dim):   # a duck-sized symbol: sizes stay equal
+                self.guards.add(source, "{v}.shape[%d] == {o}.shape[%d]" % (dim, first_dim), other=first_source)
         node = self.graph.placeholder(_placeholder_name(source), meta)
         node.extra["source"] = source.name()
         if symbolic is not None or offset is not None:

@@ -15,6 +15,7 @@ from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.registry import register
 from ember.prims.values import Value, is_tensor
+from ember.symbolic import is_symbolic
 
 T = torch.Tensor
 
@@ -148,8 +149,15 @@ def narrow(x: Value, dim: int, start: int, length: int) -> Value:
 def split(x: Value, split_size_or_sections: Any, dim: int = 0) -> tuple[Value, ...]:
     dim = ops.normalize_dim(dim, x.ndim)
     size = x.shape[dim]
-    if isinstance(split_size_or_sections, int):
+    if isinstance(split_size_or_sections, int) or is_symbolic(split_size_or_sections):
         step = split_size_or_sections
+        if is_symbolic(step):
+            # x.split(C) with C a size symbol: the comparisons below guard the piece count
+            sections, start = [], 0
+            while start < size:
+                sections.append(builtins.min(step, size - start))
+                start = start + step
+            return split_with_sizes(x, sections or [size], dim)
         sections = [builtins.min(step, size - start) for start in range(0, builtins.max(size, 1), step)] \
             if step > 0 else [size]
     else:
