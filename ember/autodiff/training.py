@@ -147,7 +147,9 @@ class TrainingStep:
         self.torch_graph = torch_graph
         self.has_random = any(n.target is P.philox_rand for n in prim_graph.call_nodes())
         self.layout = _layout(prim_graph, joint)
-        self.saved_metas = [p.meta for p in parts.backward.placeholders[:len(parts.saved)]]
+        backward_placeholders = parts.backward.placeholders
+        self.saved_metas = [p.meta for p in backward_placeholders[:len(parts.saved)]]
+        self.tangent_metas = [p.meta for p in backward_placeholders[len(parts.saved):]]
         self.num_saved = len(parts.saved)
         self.device = next((p.meta.device.type for p in prim_graph.placeholders
                             if isinstance(p.meta, TensorMeta)), "cpu")
@@ -158,6 +160,7 @@ class TrainingStep:
         # outputs made as views by the Function's caller: their sizes are read per call
         self.sized_views = bool(self.size_symbols) and (bool(self.extra.get("output_aliases")) or any(
             source[0] in ("input_view", "view") for source in self.extra.get("output_sources", {}).values()))
+        self._concrete_metas: dict[tuple, tuple[list, list]] = {}   # sizes -> (saved, tangent) metas
         self._backward: Any = None
         self.backward_compiled: Any = None      # the backward's CompiledGraph, once built
         self._lock = threading.Lock()
@@ -179,6 +182,21 @@ class TrainingStep:
         """The value of each size symbol in this call (read from the forward's inputs)."""
         return {symbol: (inputs[position].storage_offset() if dim == STORAGE_OFFSET else inputs[position].shape[dim])
                 for symbol, (position, dim) in self.size_symbols.items()}
+
+    def backward_metas(self, numbers: dict[str, int] | None) -> tuple[list, list]:
+        """The saved values' and the tangents' metas at this call's sizes; evaluating the size
+        expressions (sympy) costs ~50 us a tensor, so each set of sizes is evaluated once."""
+        if not numbers:
+            return self.saved_metas, self.tangent_metas
+        key = tuple(numbers.values())
+        metas = self._concrete_metas.get(key)
+        if metas is None:
+            if len(self._concrete_metas) >= 64:     # sizes that keep changing: keep the table small
+                self._concrete_metas.clear()
+            metas = ([_concrete(m, numbers) for m in self.saved_metas],
+                     [_concrete(m, numbers) for m in self.tangent_metas])
+            self._concrete_metas[key] = metas
+        return metas
 
     # ------------------------------------------------------------- backward
     def backward(self, saved: list[Any]) -> Any:
@@ -325,11 +343,10 @@ class _CompiledFunction(torch.autograd.Function):
         # create_graph): from here the list below is their only holder, and the compiled backward
         # empties it and drops each one after its last reader, as eager frees them layer by layer
         ctx.maybe_clear_saved_tensors()
-        numbers = ctx.size_numbers
-        arguments = [_in_layout(value, _concrete(meta, numbers)) for value, meta in zip(saved, step.saved_metas)]
+        saved_metas, tangent_metas = step.backward_metas(ctx.size_numbers)
+        arguments = [_in_layout(value, meta) for value, meta in zip(saved, saved_metas)]
         del saved
-        arguments += [_tangent(value, _concrete(placeholder.meta, numbers))
-                      for value, placeholder in zip(tangents, step.backward_graph.placeholders[step.num_saved:])]
+        arguments += [_tangent(value, meta) for value, meta in zip(tangents, tangent_metas)]
         del tangents
         if torch.is_autocast_enabled(step.device):     # the graph holds its casts already
             with torch.autocast(step.device, enabled=False):
