@@ -130,9 +130,11 @@ def _check_dynamic_support(prim_graph: Graph, specs: list[InputSpec]) -> None:
                    for s in specs)
     if not symbolic or _device_of(specs).type != "cuda":
         return
-    # conv nets' training steps with symbolic sizes ran 1.5-1.7x slower than static on the H100
-    # (session 13: resnet50 1.51, mobilenet_v3 1.58, convnext 1.68), even with BatchNorm's
-    # statistics split at symbolic sizes; the cause is not found yet
+    # conv nets' training steps with symbolic sizes take more GPU time than static on the H100
+    # (session 15, benchmarks/gpu_train_profile.py --dynamic: resnet50 1.14x, convnext_tiny 1.34x,
+    # mobilenet_v3 1.37x; 1.9-2.0x before bias-gradient reductions split at symbolic batches).  Left:
+    # convnext's depthwise convolution_backward runs ATen's native kernel in 2 calls a step (4 ms)
+    # where static calls cuDNN, and slower Triton reductions; until then: static sizes
     if config.dynamic_conv_cuda and not needs_autodiff(specs):
         return
     for node in prim_graph.call_nodes():

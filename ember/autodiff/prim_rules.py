@@ -27,6 +27,7 @@ from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.type_promotion import computation_dtype
 from ember.prims.values import Value, emit, is_tensor
+from ember.symbolic import is_symbolic
 
 Grad = Value | None
 
@@ -456,14 +457,17 @@ def var_mean_vjp(grad: tuple[Grad, Grad], out: tuple[Value, Value], x: Value, di
         return None, None, None
     count = ops.reduced_numel(x, dims)
     dof = count - correction
-    scale = 2.0 / dof if dof != 0 else math.inf
+    # with N a size symbol, 2 / (N - correction) in Python would pin N: the kernel divides instead
+    scale = None if is_symbolic(dof) else 2.0 / dof if dof != 0 else math.inf
 
     def formula(*operands: Value) -> Value:
         operands = list(operands)
         total = None
         if grad_var is not None:
             g, mean = operands.pop(0), operands.pop(0)
-            total = scale * _unreduce(g, x, dims) * (operands[-1] - _unreduce(mean, x, dims))
+            centered = operands[-1] - _unreduce(mean, x, dims)
+            total = _unreduce(g * 2.0 / dof, x, dims) * centered if scale is None else \
+                scale * _unreduce(g, x, dims) * centered
         if grad_mean is not None:
             by_mean = _unreduce(operands.pop(0), x, dims) / count
             total = by_mean if total is None else total + by_mean

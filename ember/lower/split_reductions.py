@@ -138,6 +138,8 @@ def _choose_split(node: ir.Reduction, policy: SplitPolicy) -> _Split | None:
             continue
         if is_symbolic(size):
             divisor = _symbolic_divisor(size, wanted)
+            if divisor is None and hint_of(size) <= 4 * wanted:
+                divisor = size      # whole, where a static size would pick itself as its divisor too
             if divisor is None:
                 break
         else:

@@ -78,10 +78,10 @@ def _pool_size(size: Any, kernel: int, stride: int, padding: int, dilation: int,
     return out
 
 
-def _max_pool(spatial: int) -> Callable[..., Shape | None]:
+def _max_pool(spatial: int, with_indices: bool = False) -> Callable[..., Shape | list[Shape] | None]:
     def rule(x: TensorMeta, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-             ceil_mode: bool = False, return_indices: bool = False) -> Shape | None:
-        return _pooled(x, spatial, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+             ceil_mode: bool = False, return_indices: bool = False) -> Shape | list[Shape] | None:
+        return _pooled(x, spatial, kernel_size, stride, padding, dilation, ceil_mode, return_indices or with_indices)
     return rule
 
 
@@ -93,8 +93,8 @@ def _avg_pool(spatial: int) -> Callable[..., Shape | None]:
 
 
 def _pooled(x: TensorMeta, spatial: int, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
-            ceil_mode: bool, return_indices: bool) -> Shape | None:
-    if return_indices or x.ndim not in (spatial + 1, spatial + 2):
+            ceil_mode: bool, return_indices: bool) -> Shape | list[Shape] | None:
+    if x.ndim not in (spatial + 1, spatial + 2):
         return None
     kernel = _per_dim(kernel_size, spatial)
     stride = kernel if stride is None or stride == () or stride == [] else _per_dim(stride, spatial)
@@ -103,7 +103,8 @@ def _pooled(x: TensorMeta, spatial: int, kernel_size: Any, stride: Any, padding:
         return None
     sizes = tuple(_pool_size(*args, bool(ceil_mode)) for args in
                   zip(x.shape[-spatial:], kernel, stride, padding, dilation))
-    return tuple(x.shape[:-spatial]) + sizes
+    shape = tuple(x.shape[:-spatial]) + sizes
+    return [shape, shape] if return_indices else shape     # the values and their indices
 
 
 def _adaptive_pool(spatial: int) -> Callable[..., Shape | None]:
@@ -156,6 +157,22 @@ def _pad(x: TensorMeta, pad: Sequence[Any], mode: str = "constant", value: Any =
     return tuple(shape)
 
 
+def _convolution_backward(grad: TensorMeta, x: TensorMeta, weight: TensorMeta, bias_sizes: Any, stride: Any,
+                          padding: Any, dilation: Any, transposed: bool, output_padding: Any, groups: int,
+                          mask: Sequence[bool]) -> list[Shape | None]:
+    """aten.convolution_backward: the input's, the weight's and the bias's gradients, each the
+    shape of what it differentiates (None where ``mask`` asks for none)."""
+    channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return [shape if wanted else None for shape, wanted in zip((x.shape, weight.shape, (channels,)), mask)]
+
+
+def _same_as_input(position: int) -> Callable[..., Shape]:
+    """Backward ops whose result is the gradient of their ``position``-th argument."""
+    def rule(*args: Any, **_: Any) -> Shape:
+        return args[position].shape
+    return rule
+
+
 def _per_dim(value: Any, count: int) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * count
 
@@ -170,11 +187,20 @@ RULES: dict[Any, Callable[..., Shape | None]] = {
     torch.conv1d: _conv(1), torch.conv2d: _conv(2), torch.conv3d: _conv(3),
     F.max_pool1d: _max_pool(1), F.max_pool2d: _max_pool(2), F.max_pool3d: _max_pool(3),
     torch.max_pool1d: _max_pool(1), torch.max_pool2d: _max_pool(2), torch.max_pool3d: _max_pool(3),
+    F.max_pool1d_with_indices: _max_pool(1, True), F.max_pool2d_with_indices: _max_pool(2, True),
+    F.max_pool3d_with_indices: _max_pool(3, True),
     F.avg_pool1d: _avg_pool(1), F.avg_pool2d: _avg_pool(2), F.avg_pool3d: _avg_pool(3),
     F.adaptive_avg_pool1d: _adaptive_pool(1), F.adaptive_avg_pool2d: _adaptive_pool(2),
     F.adaptive_avg_pool3d: _adaptive_pool(3),
     torch.diff: _diff,
     F.pad: _pad,
+    # backward ops of training graphs (the VJP rules of extern_rules.py)
+    torch.ops.aten.convolution_backward: _convolution_backward,
+    torch.ops.aten.convolution_backward.default: _convolution_backward,
+    **{op: _same_as_input(1) for name in ("max_pool2d_with_indices_backward", "avg_pool2d_backward",
+                                          "avg_pool3d_backward", "_adaptive_avg_pool2d_backward",
+                                          "_adaptive_avg_pool3d_backward")
+       for op in (getattr(torch.ops.aten, name), getattr(torch.ops.aten, name).default)},
 }
 
 
@@ -202,8 +228,19 @@ def symbolic_output_meta(target: Any, args: tuple, kwargs: dict, meta_of: Callab
     hinted = lambda v: hint_meta_tensor(v) if isinstance(v, TensorMeta) else v  # noqa: E731
     with torch.no_grad():
         out = target(*_map(arg_metas, hinted), **{k: _map(v, hinted) for k, v in kwarg_metas.items()})
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(hint_of(s) for s in shape) or \
-            not is_dense(tuple(out.shape), tuple(out.stride())):
+    if isinstance(shape, list):     # several results, None where the op returns none
+        if not isinstance(out, (tuple, list)) or len(out) != len(shape):
+            return None
+        metas = tuple(None if s is None and o is None else _result_meta(s, o, device) for s, o in zip(shape, out))
+        return None if any(m is None for m, o in zip(metas, out) if o is not None) else metas
+    return _result_meta(shape, out, device)
+
+
+def _result_meta(shape: Shape | None, out: Any, device: torch.device) -> TensorMeta | None:
+    """The meta of a result of symbolic ``shape`` that the hints' run gave as ``out`` (its dtype and
+    dim order); None when they disagree."""
+    if shape is None or not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(hint_of(s) for s in shape) \
+            or not is_dense(tuple(out.shape), tuple(out.stride())):
         return None
     stride = dense_strides_like(shape, tuple(out.shape), tuple(out.stride()))
     return dataclasses.replace(TensorMeta.of(out), shape=shape, stride=stride, device=device, requires_grad=False)

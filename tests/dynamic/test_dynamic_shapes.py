@@ -31,6 +31,7 @@ results are xfail(strict=True); those that corrupt memory run in a child process
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import io
 import warnings
@@ -750,6 +751,40 @@ def test_module_training_sizes_are_correct(cpu_backend):
     assert kinds == ["autograd"] * 3, kinds
 
 
+class ConvNet(nn.Module):
+    """Convolutions, BatchNorm in train mode and the pools, in a training step: the backward's
+    externs (convolution_backward, the pools' backward ops) and BatchNorm's 1/N take symbolic sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.AvgPool2d(2, ceil_mode=True), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_conv_training_over_batch_and_image_sizes(dynamic):
+    """A conv net trained on changing batch and image sizes: output, every gradient and the
+    BatchNorm running statistics equal to eager's after each step (two copies of the model, one
+    compiled), in at most 2 compiled entries (1 with dynamic=True), none of them eager."""
+    torch.manual_seed(0)
+    eager_model = ConvNet()
+    model = copy.deepcopy(eager_model)
+    compiled = ember.compile(model, dynamic=dynamic, options={"fallback": "error"})
+    for b, hw in [(2, 16), (3, 12), (4, 20), (2, 28), (5, 16)]:
+        x = torch.randn(b, 3, hw, hw, generator=torch.Generator().manual_seed(b * 100 + hw))
+        assert_all_close(train_step(model, compiled, x), train_step(eager_model, eager_model, x))
+        for name, buffer in eager_model.named_buffers():
+            torch.testing.assert_close(model.get_buffer(name), buffer, rtol=1e-4, atol=1e-4, msg=name)
+    kinds = [e.compiled.kind for e in compiled._ember_captured.events]
+    assert kinds == ["autograd"] * (1 if dynamic else 2), kinds
+
+
 class CausalAttention(nn.Module):
     """A pre-norm causal self-attention block whose view sizes come from x.shape (B, T symbolic)."""
 
@@ -1015,6 +1050,50 @@ def test_index_out_of_bounds_on_a_size_one_dim_raises(op):
     compiled = ember.compile(f, dynamic=False, options={"fallback": "error"})
     _call_both(compiled, f, torch.randn(2, 3), torch.tensor([1, 0, 1]))
     _call_both(compiled, f, torch.randn(1, 3), torch.tensor([4, 0, 0]))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_guard_soundness_equal_sizes_share_a_symbol(dynamic):
+    """Two inputs whose dims are equal when the dynamic entry compiles share one size symbol (duck
+    sizing: a KV cache's keys and values); a call where they differ must not reuse that entry."""
+    def f(k_cache, v_cache, k, v):
+        keys, values = torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1)
+        return keys * 2 + 1, values.sum(1), keys[:, -3:] - values[:, :3]
+
+    compiled = ember.compile(f, dynamic=dynamic, options={"fallback": "error"})
+    for n, m in [(4, 4), (5, 5), (9, 9), (6, 7), (7, 6), (3, 3), (8, 3)]:
+        _call_both(compiled, f, torch.randn(2, n, 4), torch.randn(2, m, 4), torch.randn(2, 1, 4),
+                   torch.randn(2, 1, 4))
+
+
+def test_guard_soundness_square_matrix_then_not():
+    """dynamic=True first compiled on a square matrix: its two dims share a symbol, so a non-square
+    call must compile again rather than reuse the square entry."""
+    def f(x):
+        return x.t() * 2, x.sum(0), x.cumsum(1)
+
+    compiled = ember.compile(f, dynamic=True, options={"fallback": "error"})
+    for n, m in [(5, 5), (7, 7), (5, 6), (6, 5), (3, 3)]:
+        _call_both(compiled, f, torch.randn(n, m))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_split_by_a_symbolic_size(dynamic):
+    """``x.split(C)`` with C read from a shape (a fused qkv projection): the piece count depends on
+    the sizes, so it is guarded; every call equals eager."""
+    def qkv(x):
+        q, k, v = x.split(x.shape[-1] // 3, dim=-1)
+        return q * k + v
+
+    def pieces(x, y):
+        return [p.sum(0) for p in x.split(y.shape[0], dim=0)]
+
+    compiled_qkv = ember.compile(qkv, dynamic=dynamic, options={"fallback": "error"})
+    for c in [6, 9, 12, 30]:
+        _call_both(compiled_qkv, qkv, torch.randn(2, c))
+    compiled_pieces = ember.compile(pieces, dynamic=dynamic, options={"fallback": "error"})
+    for n, m in [(6, 3), (9, 3), (8, 3), (4, 5), (10, 10), (12, 4), (7, 2)]:
+        _call_both(compiled_pieces, pieces, torch.randn(n, 3), torch.randn(m))
 
 
 def test_feature_size_equal_to_the_batch_size_does_not_recompile():
