@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import torch
@@ -72,6 +73,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--prompt", type=int, default=16, help="cache length before the first step")
+    parser.add_argument("--rounds", type=int, default=15, help="timing rounds per cache length")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device, dtype = args.device, getattr(torch, args.dtype)
@@ -98,18 +100,24 @@ def main() -> None:
             caches = empty_caches(model, length, device, dtype)
             static = ember.compile(model, dynamic=False)
             static(x, caches)
+            # host-bound steps on a shared VM: many short rounds, static and dynamic back to back in
+            # alternating order, and the median of the per-round ratios
             times: dict[str, list[float]] = {"eager": [], "static": [], "dynamic": []}
-            for _ in range(3):
-                times["eager"].append(per_call(model, (x, caches), device))
-                times["static"].append(per_call(static, (x, caches), device))
-                times["dynamic"].append(per_call(compiled, (x, caches), device))
+            ratios = []
+            for round_ in range(args.rounds):
+                order = [("static", static), ("dynamic", compiled)][::1 if round_ % 2 else -1]
+                for name, fn in [("eager", model), *order]:
+                    times[name].append(per_call(fn, (x, caches), device, seconds=0.1))
+                ratios.append(times["dynamic"][-1] / times["static"][-1])
             best = {k: min(v) * 1e6 for k, v in times.items()}
             row = {"cache": length, "device": device, "dtype": args.dtype, "compiles": compiles,
                    "max_error": worst, "eager_us": best["eager"], "static_us": best["static"],
-                   "dynamic_us": best["dynamic"], "dynamic_over_static": best["dynamic"] / best["static"]}
+                   "dynamic_us": best["dynamic"], "dynamic_over_static": statistics.median(ratios),
+                   "rounds": args.rounds}
             rows.append(row)
             print(f"  cache {length}: eager {best['eager']:.1f} us/token, static {best['static']:.1f}, "
-                  f"dynamic {best['dynamic']:.1f}: dynamic/static {row['dynamic_over_static']:.3f}, "
+                  f"dynamic {best['dynamic']:.1f}: dynamic/static {row['dynamic_over_static']:.3f} (median of "
+                  f"{args.rounds} paired rounds), "
                   f"eager/dynamic {best['eager'] / best['dynamic']:.2f}")
     if args.json:
         with open(args.json, "a") as handle:

@@ -33,6 +33,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=22)
     parser.add_argument("--inductor", action="store_true", help="also profile torch.compile's step")
     parser.add_argument("--options", default="{}", help='ember.compile options as JSON, e.g. {"fallback": "error"}')
+    parser.add_argument("--dynamic", action="store_true",
+                        help="compile with dynamic=True, conv training graphs included (CUDA compiles them "
+                             "static otherwise): what makes symbolic sizes slower")
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.bench))
     os.makedirs(args.out, exist_ok=True)
@@ -80,7 +83,9 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
         return result
     training._in_layout = counting
 
-    compiled = ember.compile(model, options=json.loads(args.options))
+    if args.dynamic:
+        backend._check_dynamic_support = lambda *_: None
+    compiled = ember.compile(model, options=json.loads(args.options), dynamic=True if args.dynamic else None)
     with open(os.path.join(args.out, f"{name}_code.txt"), "w") as code_file:
         logs.set_logs("output_code")
         real_stderr, sys.stderr = sys.stderr, code_file
