@@ -196,26 +196,17 @@ _TRANSCENDENTAL = frozenset({
 
 def _recompute_banned(values: list[Node], users: dict[Node, list[Node]], backward_only: set[Node]) -> set[Node]:
     """Recomputable values that a backward Extern reads and whose recomputation calls a
-    transcendental function per element (module docstring).  The recomputation is what the walk
-    from the value up through recomputable ops of its size reaches."""
-    banned = set()
+    transcendental function per element (module docstring).  The recomputation is the chain of
+    recomputable ops of the value's size that ends at it (one pass in graph order)."""
+    transcendental_chain: dict[Node, bool] = {}
     for v in values:
-        if not recomputable(v) or _is_view(v) or not isinstance(v.meta, TensorMeta) or \
-                not _read_by_extern(v, users, backward_only):
+        if not recomputable(v) or not isinstance(v.meta, TensorMeta):
             continue
         numel = hint_of(v.meta.numel())
-        stack, seen = [v], {v}
-        while stack:
-            node = stack.pop()
-            if isinstance(node.target, Prim) and node.target.name in _TRANSCENDENTAL:
-                banned.add(v)
-                break
-            for value in node.inputs():
-                if value not in seen and recomputable(value) and isinstance(value.meta, TensorMeta) and \
-                        hint_of(value.meta.numel()) == numel:
-                    seen.add(value)
-                    stack.append(value)
-    return banned
+        transcendental_chain[v] = (isinstance(v.target, Prim) and v.target.name in _TRANSCENDENTAL) or any(
+            transcendental_chain.get(u, False) and hint_of(u.meta.numel()) == numel for u in v.inputs())
+    return {v for v, chain in transcendental_chain.items()
+            if chain and not _is_view(v) and _read_by_extern(v, users, backward_only)}
 
 
 _TIE_RANGE = 4096        # a value's tie-break lies in [0, _TIE_RANGE)
