@@ -412,6 +412,9 @@ static inline Vec vec_sqrt(Vec v) { for (int i = 0; i < VEC_WIDTH; ++i) v[i] = _
 // maximum / minimum that propagate NaN (torch.maximum): a NaN in either lane is the result
 static inline Vec vec_max(Vec a, Vec b) { return (a != a) | (a > b) ? a : b; }
 static inline Vec vec_min(Vec a, Vec b) { return (a != a) | (a < b) ? a : b; }
+static inline bool vec_all(VecInt mask) {   // every lane true (-1)
+  int32_t all = -1; for (int i = 0; i < VEC_WIDTH; ++i) all &= mask[i]; return all != 0;
+}
 // horizontal: lanes in order, one at a time (once a row, after its loop)
 static inline float vec_sum(Vec v) { float s = v[0]; for (int i = 1; i < VEC_WIDTH; ++i) s += v[i]; return s; }
 static inline float vec_reduce_max(Vec v) { float m = v[0]; for (int i = 1; i < VEC_WIDTH; ++i) m = (m != m || m > v[i]) ? m : v[i]; return m; }
@@ -493,6 +496,8 @@ static inline Vec vec_erf(Vec x) {
   p = p * z - 0.37612634897232056f;
   p = p * z + 0.1283791670955126f;                                   // 2 / sqrt(pi) - 1: x + x p, more exact than x (1 + p)
   const Vec near_zero = x + x * p;
+  const VecInt near = a < 0.921875f;
+  if (vec_all(near)) return near_zero;                                // (GELU's usual case: half the work)
   const Vec c = a < 3.92f ? a : vec_splat(3.92f);
   const Vec t = 1.0f / c;
   Vec q = vec_splat(0.019293995574116707f);
@@ -509,7 +514,7 @@ static inline Vec vec_erf(Vec x) {
   const Vec square_low = c * c - square;                              // exact with an fma
   const Vec far = 1.0f - vec_exp(-square) * (1.0f - square_low) * q;
   const Vec signed_far = vec_as_float(vec_bits(far) | (vec_bits(x) & 0x80000000u));
-  return (a < 0.921875f) | (x != x) ? near_zero : signed_far;
+  return near | (x != x) ? near_zero : signed_far;
 }
 // The kernels' exp (except where it may be far below zero: cpp.INLINE_EXPF), log, erf and tanh:
 // glibc's libmvec where the build has it, ember's own otherwise.  libmvec's were faster on the
