@@ -3,6 +3,11 @@
     python3 benchmarks/cpu_blocks.py [--quick] [--cases norm,block,block_bf16,model]
                                      [--compilers eager,ember,inductor] [--iters N]
 
+Compilers: eager, ember, inductor; and ember as a host without glibc's libmvec builds it (kernels
+built without -DEMBER_USE_LIBMVEC), listed after ember: ember-no-libmvec (its default: loops that
+call exp/log/erf/tanh/sigmoid on ember's own vector types, cpp.VECTOR_TYPES, issue #13) and
+ember-no-libmvec-scalar (the scalar loops alone, as before those).
+
 Cases (inference, under torch.no_grad(), whole modules through ember.compile / torch.compile):
   norm        layer_norm -> gelu(h) * sigmoid(h) -> RMS norm -> softmax, x [64, 512, 1024] fp32
               ([8, 256, 1024] with --quick); benchmarks/train_cpu.py's PointwiseBlock
@@ -86,11 +91,35 @@ def compile_cold(compiler: str, model: torch.nn.Module, inputs) -> tuple[object,
         cpp_build.compile_flags.cache_clear()
         ember.reset()
         compiled = ember.compile(model)
+    elif compiler.startswith("ember-no-libmvec"):
+        return compile_without_libmvec(model, inputs, vector_types=compiler == "ember-no-libmvec")
     else:
         import torch._dynamo
         torch._dynamo.reset()
         compiled = torch.compile(model)
     return compiled, first_call_seconds(compiled, inputs)
+
+
+def compile_without_libmvec(model: torch.nn.Module, inputs, vector_types: bool) -> tuple[object, float]:
+    """ember's kernels as a host without libmvec builds them, on its vector types (cpp.VECTOR_TYPES'
+    default) or not.  No ember.reset(): it would make the compilers compiled before recompile on
+    their next call, in this one's settings (an entry of its own through a backend of its own)."""
+    import functools
+
+    import ember
+    from ember.backend import compile_graph
+    from ember.codegen import cpp
+    from ember.runtime import cpp_build
+    probed, saved = cpp_build.compile_flags, cpp.VECTOR_TYPES
+    probed.cache_clear()
+    flags = tuple(flag for flag in probed() if flag != "-DEMBER_USE_LIBMVEC")
+    cpp_build.compile_flags = functools.lru_cache(None)(lambda: flags)
+    cpp.VECTOR_TYPES = saved if vector_types else False
+    try:
+        compiled = ember.compile(model, backend=lambda graph, example_inputs: compile_graph(graph, example_inputs, None))
+        return compiled, first_call_seconds(compiled, inputs)     # (the kernels are built on it)
+    finally:
+        cpp_build.compile_flags, cpp.VECTOR_TYPES = probed, saved
 
 
 def time_interleaved(fns: dict[str, object], inputs, iters: int) -> dict[str, float]:
