@@ -116,7 +116,8 @@ def compile_without_libmvec(model: torch.nn.Module, inputs, vector_types: bool) 
     cpp_build.compile_flags = functools.lru_cache(None)(lambda: flags)
     cpp.VECTOR_TYPES = saved if vector_types else False
     try:
-        compiled = ember.compile(model, backend=lambda graph, example_inputs: compile_graph(graph, example_inputs, None))
+        backend = lambda graph, example_inputs: compile_graph(graph, example_inputs, None)  # noqa: E731
+        compiled = ember.compile(model, backend=backend)
         return compiled, first_call_seconds(compiled, inputs)     # (the kernels are built on it)
     finally:
         cpp_build.compile_flags, cpp.VECTOR_TYPES = probed, saved

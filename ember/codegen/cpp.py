@@ -295,7 +295,8 @@ class KernelPrinter:
         for var in nest:
             self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
             depth += 1
-        choice = self.vector_choice(outer[-1], [], [st for step in k.steps for st in step.stores]) if simd_last else None
+        stores = [st for step in k.steps for st in step.stores]
+        choice = self.vector_choice(outer[-1], [], stores) if simd_last else None
         if choice:
             self.emit_vector_choice(choice, True)
             self.scopes.append({})
@@ -1056,7 +1057,8 @@ class KernelPrinter:
         var = k.inner_vars[0]
         self.emit_row_invariants(step, depth)
         for red in step.reductions:
-            self.emit(depth, f"ember::Vec {red.name}_lanes = ember::vec_splat({VECTOR_REDUCTIONS[red.reduction_type][0]});")
+            initial = VECTOR_REDUCTIONS[red.reduction_type][0]
+            self.emit(depth, f"ember::Vec {red.name}_lanes = ember::vec_splat({initial});")
 
         def body(inner_depth: int) -> None:
             count = self.vector[1]
@@ -1099,7 +1101,8 @@ class KernelPrinter:
             self.emit(depth, self.vector_access(torch.float32, f"{array} + {self.row_position()}", value))
             return
         plan = self.buffers[buffer]
-        self.emit(depth, self.vector_access(plan.dtype, f"{self.pointer(buffer)} + ({self.address(plan, index)})", value))
+        pointer = f"{self.pointer(buffer)} + ({self.address(plan, index)})"
+        self.emit(depth, self.vector_access(plan.dtype, pointer, value))
 
     def render_vector_node(self, node: Expr, depth: int) -> str:
         """A lane-varying node (vector_loop_fits said which) as an ember::Vec expression."""

@@ -33,7 +33,8 @@ SIGMOID_FLUSH = -88.72283     # below it 1 / (1 + exp(-x)) is 0, as eager's (tes
 LOOP = """
 extern "C" void apply_{name}(const float* __restrict__ x, float* __restrict__ y, int64_t n) {{
   int64_t i = 0;
-  for (; i + ember::VEC_WIDTH <= n; i += ember::VEC_WIDTH) ember::vec_store(y + i, ember::vec_{name}(ember::vec_load(x + i)));
+  for (; i + ember::VEC_WIDTH <= n; i += ember::VEC_WIDTH)
+    ember::vec_store(y + i, ember::vec_{name}(ember::vec_load(x + i)));
   if (i < n) ember::vec_store_tail(y + i, ember::vec_{name}(ember::vec_load_tail(x + i, n - i)), n - i);
 }}
 """
@@ -68,7 +69,8 @@ extern "C" void narrow(const float* __restrict__ x, uint16_t* __restrict__ bf16,
   for (; i + ember::VEC_WIDTH <= n; i += ember::VEC_WIDTH) {
     const ember::Vec v = ember::vec_load(x + i);
     ember::vec_store_bf16(bf16 + i, v); ember::vec_store_half(half + i, v);
-    ember::vec_store(bf16_rounded + i, ember::vec_round_bf16(v)); ember::vec_store(half_rounded + i, ember::vec_round_half(v));
+    ember::vec_store(bf16_rounded + i, ember::vec_round_bf16(v));
+    ember::vec_store(half_rounded + i, ember::vec_round_half(v));
   }
   for (; i < n; ++i) {
     const ember::Vec v = ember::vec_load_tail(x + i, 1);
@@ -93,7 +95,8 @@ extern "C" void reduce(const float* __restrict__ x, const float* __restrict__ ot
     sum += v;
     high = ember::vec_select(tail, ember::vec_max(high, v), high);
     low = ember::vec_select(tail, ember::vec_min(low, v), low);
-    ember::vec_store_tail(maxima + i, ember::vec_max(v, w), n - i); ember::vec_store_tail(minima + i, ember::vec_min(v, w), n - i);
+    ember::vec_store_tail(maxima + i, ember::vec_max(v, w), n - i);
+    ember::vec_store_tail(minima + i, ember::vec_min(v, w), n - i);
   }
   out[0] = ember::vec_sum(sum); out[1] = ember::vec_reduce_max(high); out[2] = ember::vec_reduce_min(low);
 }
@@ -139,7 +142,8 @@ def test_exact_results_and_tails(library, n):
     x = np.resize(specials, n).astype(np.float32)
     expected = {"exp": [1, 1, np.inf, 0, np.nan, 1, 1], "log": [-np.inf, -np.inf, np.inf, np.nan, np.nan, None, np.nan],
                 "tanh": [0.0, -0.0, 1, -1, np.nan, 1e-45, -1e-45], "erf": [0.0, -0.0, 1, -1, np.nan, None, None],
-                "sigmoid": [0.5, 0.5, 1, 0, np.nan, 0.5, 0.5], "sqrt": [0.0, -0.0, np.inf, np.nan, np.nan, None, np.nan]}
+                "sigmoid": [0.5, 0.5, 1, 0, np.nan, 0.5, 0.5],
+                "sqrt": [0.0, -0.0, np.inf, np.nan, np.nan, None, np.nan]}
     for name, values in expected.items():
         y = np.full(n + 3, 7.0, dtype=np.float32)
         call(library, f"apply_{name}", x, y[:n])
@@ -203,8 +207,8 @@ def test_every_width_compiles(target, tmp_path):
     """The scalar fallback (1 lane), AVX2 (8) and AVX-512 (16) forms all compile (this host runs one)."""
     source = tmp_path / "vec.cpp"
     source.write_text(PRELUDE + VECTOR_PRELUDE + "".join(LOOP.format(name=name) for name in MAX_ULP) + COPIES)
-    result = subprocess.run([cpp_build.CXX, *cpp_build.BASE_FLAGS, *target, "-c", str(source), "-o", str(tmp_path / "vec.o")],
-                            capture_output=True, text=True)
+    command = [cpp_build.CXX, *cpp_build.BASE_FLAGS, *target, "-c", str(source), "-o", str(tmp_path / "vec.o")]
+    result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
