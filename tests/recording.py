@@ -17,3 +17,15 @@ def compile_recording(fn: Any, options: dict | None = None) -> tuple[Any, list[s
         sources.append(compiled.source)
         return compiled
     return ember.compile(fn, backend=backend), sources
+
+
+def compile_keeping(fn: Any, options: dict | None = None) -> tuple[Any, list]:
+    """ember.compile(fn) whose list fills with every CompiledGraph it compiles (its kind, its
+    callable, its schedule), for tests that inspect what was compiled."""
+    graphs: list = []
+
+    def backend(graph, example_inputs):
+        compiled = compile_graph(graph, example_inputs, options)
+        graphs.append(compiled)
+        return compiled
+    return ember.compile(fn, backend=backend), graphs
