@@ -555,7 +555,17 @@ def indirect_atoms(idx: Index) -> Iterator[Indirect]:
 
 
 def loads(expr: Expr) -> list[Load]:
-    """The Loads an expression reads, including those inside indirect indices."""
+    """The Loads an expression reads, including those inside indirect indices.
+
+    Kept on the (immutable) expression: the scheduler asks for the same bodies' loads often."""
+    found = expr.__dict__.get("_loads")
+    if found is None:
+        found = _loads(expr)
+        object.__setattr__(expr, "_loads", found)
+    return list(found)
+
+
+def _loads(expr: Expr) -> tuple[Load, ...]:
     out: list[Load] = []
     for node in walk(expr):
         if isinstance(node, Load):
@@ -563,7 +573,7 @@ def loads(expr: Expr) -> list[Load]:
         for idx in indices_of(node):
             for atom in indirect_atoms(idx):
                 out.extend(loads(atom.value))
-    return out
+    return tuple(out)
 
 
 def indices_of(node: Expr) -> tuple[Index, ...]:

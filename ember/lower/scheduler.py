@@ -148,8 +148,13 @@ class _Scheduler:
         self.keep = keep                     # stored and never recomputed: the inputs of cloned recomputations
         self.cloned = cloned                 # the program's recomputations were cloned once already
         self.forced = self._forced_buffers() | keep
+        # memos of the expansion; _set_forced drops the entries that a change of forced reaches
         self.inlined: dict[str, Expr] = {}   # node name -> body with inlinable loads expanded
         self.deps: dict[str, set[str]] = {}  # node name -> buffers its expanded body loads
+        self.expanded_loads: dict[Load, Expr] = {}   # a Load -> what it expands to (many bodies share it)
+        # (node name, outer vars, inner vars) -> the expanded body in those kernel vars: _fits
+        # tries a node against several groups and _build_kernel builds the chosen one again
+        self.kernel_bodies: dict[tuple[str, tuple[Var, ...], tuple[Var, ...]], Expr] = {}
         self.view_bases = {v.name for node in self.nodes.values() if isinstance(node, ir.Extern)
                            for v in _tree_leaves((node.args, node.kwargs)) if isinstance(v, ir.BufferView)}
         self.order = self._placement_order()
@@ -213,12 +218,18 @@ class _Scheduler:
 
     def _expand_load(self, node: Expr, args: tuple[Expr, ...]) -> Expr:
         if isinstance(node, Load):
-            idx = tuple(_expand_indirect(i, self) for i in node.index)
-            if self.is_inlined(node.buffer):
-                producer = self.nodes[node.buffer]
-                return ir.substitute(self.expanded_body(node.buffer), dict(zip(producer.vars, idx)))
-            return Load(node.buffer, idx, node.dtype) if idx != node.index else node
+            expanded = self.expanded_loads.get(node)
+            if expanded is None:
+                expanded = self.expanded_loads[node] = self._expand_one_load(node)
+            return expanded
         return ir.replace_children(node, args)
+
+    def _expand_one_load(self, node: Load) -> Expr:
+        idx = tuple(_expand_indirect(i, self) for i in node.index)
+        if self.is_inlined(node.buffer):
+            producer = self.nodes[node.buffer]
+            return ir.substitute(self.expanded_body(node.buffer), dict(zip(producer.vars, idx)))
+        return Load(node.buffer, idx, node.dtype) if idx != node.index else node
 
     # ------------------------------------------------------------ grouping
     def run(self) -> Schedule:
@@ -257,9 +268,28 @@ class _Scheduler:
         return Schedule(self.program, steps, buffers)
 
     def _set_forced(self, forced: set[str]) -> None:
+        """Change which nodes are stored.  The memoized expansions that consulted a node whose
+        inlining changes are dropped; the others stay valid (recomputing all of them after each
+        change was a third of a GPT-2 training step's scheduling)."""
+        stale = self._expansions_reaching(self.forced ^ forced)
         self.forced = forced
-        self.inlined.clear()
-        self.deps.clear()
+        self.inlined = {name: body for name, body in self.inlined.items() if name not in stale}
+        self.deps = {name: deps for name, deps in self.deps.items() if name not in stale}
+        self.kernel_bodies = {key: body for key, body in self.kernel_bodies.items() if key[0] not in stale}
+        self.expanded_loads.clear()
+
+    def _expansions_reaching(self, changed: set[str]) -> set[str]:
+        """The memoized nodes whose expansion (under the current forced set) reads a node in
+        ``changed``, directly or through inlined producers."""
+        reaches: dict[str, bool] = {}
+
+        def visit(name: str) -> bool:
+            if name not in reaches:
+                reaches[name] = any(dep in changed or self.is_inlined(dep) and visit(dep)
+                                    for dep in self.nodes[name].reads())
+            return reaches[name]
+        memoized = set(self.inlined) | set(self.deps) | {name for name, _, _ in self.kernel_bodies}
+        return {name for name in memoized if visit(name)}
 
     def _long_lived(self, shared: set[str], where: dict[str, int], releases: _Releases) -> set[str]:
         """Materialized shared values to recompute after all: those no kernel reads any more (their
@@ -603,6 +633,13 @@ class _Scheduler:
         return _map_shape(node.shape, outer_vars, inner_vars)
 
     def _kernel_body(self, node: ir.LoopNode, outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> Expr:
+        key = (node.name, outer_vars, inner_vars)
+        body = self.kernel_bodies.get(key)
+        if body is None:
+            body = self.kernel_bodies[key] = self._substituted_body(node, outer_vars, inner_vars)
+        return body
+
+    def _substituted_body(self, node: ir.LoopNode, outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> Expr:
         body = self.expanded_body(node.name)
         if isinstance(node, ir.Reduction):
             mapping = dict(zip(node.vars, _map_shape(node.shape, outer_vars, ())))
