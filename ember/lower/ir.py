@@ -609,6 +609,46 @@ def substitute(expr: Expr, mapping: dict[Var, Index]) -> Expr:
     return map_expr(expr, lambda node, args: _rebuild(node, args, substituted))
 
 
+class Substitution:
+    """``substitute(expr, mapping)`` for one mapping over many expressions: what they share is
+    substituted once (the scheduler substitutes the same producers' bodies with the same
+    mapping into consumer after consumer).  Keyed by the expressions themselves (hash-consed),
+    so an entry never outlives its expression."""
+
+    def __init__(self, mapping: dict[Var, Index]) -> None:
+        self.mapping = mapping
+        self.exprs: dict[Expr, Expr] = {}
+        self.indices: dict[Index, Index] = {}
+
+    def index(self, idx: Index) -> Index:
+        out = self.indices.get(idx)
+        if out is None:
+            out = self.indices[idx] = idx.substitute(self.mapping)
+        return out
+
+    def __call__(self, expr: Expr) -> Expr:
+        try:
+            return self._substitute(expr)
+        except TypeError:          # an expression that is not hash-consed (an unhashable field)
+            return substitute(expr, self.mapping)
+
+    def _substitute(self, expr: Expr) -> Expr:
+        done = self.exprs
+        stack: list[tuple[Expr, bool]] = [(expr, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in done:
+                continue
+            if expanded:
+                done[node] = _rebuild(node, tuple(done[c] for c in node.children()), self.index)
+                continue
+            stack.append((node, True))
+            for child in reversed(node.children()):
+                if child not in done:
+                    stack.append((child, False))
+        return done[expr]
+
+
 def _rebuild(node: Expr, args: tuple[Expr, ...], substituted: Callable[[Index], Index]) -> Expr:
     if isinstance(node, Load):
         return Load(node.buffer, tuple(substituted(i) for i in node.index), node.dtype)

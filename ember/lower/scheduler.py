@@ -155,6 +155,10 @@ class _Scheduler:
         # (node name, outer vars, inner vars) -> the expanded body in those kernel vars: _fits
         # tries a node against several groups and _build_kernel builds the chosen one again
         self.kernel_bodies: dict[tuple[str, tuple[Var, ...], tuple[Var, ...]], Expr] = {}
+        # one per mapping of loop vars: nodes of one shape share their vars (x0, x1, ...), so the
+        # same mapping substitutes the same inlined producers into consumer after consumer
+        self.substitutions: dict[tuple[tuple[Var, Index], ...], ir.Substitution] = {}
+        self.expensive: dict[Expr, bool] = {}     # _is_expensive of expanded bodies
         self.view_bases = {v.name for node in self.nodes.values() if isinstance(node, ir.Extern)
                            for v in _tree_leaves((node.args, node.kwargs)) if isinstance(v, ir.BufferView)}
         self.order = self._placement_order()
@@ -228,8 +232,16 @@ class _Scheduler:
         idx = tuple(_expand_indirect(i, self) for i in node.index)
         if self.is_inlined(node.buffer):
             producer = self.nodes[node.buffer]
-            return ir.substitute(self.expanded_body(node.buffer), dict(zip(producer.vars, idx)))
+            return self._substitute(self.expanded_body(node.buffer), dict(zip(producer.vars, idx)))
         return Load(node.buffer, idx, node.dtype) if idx != node.index else node
+
+    def _substitute(self, body: Expr, mapping: dict[Var, Index]) -> Expr:
+        """ir.substitute, sharing its work with earlier substitutions by the same mapping."""
+        key = tuple(mapping.items())
+        substitution = self.substitutions.get(key)
+        if substitution is None:
+            substitution = self.substitutions[key] = ir.Substitution(mapping)
+        return substitution(body)
 
     # ------------------------------------------------------------ grouping
     def run(self) -> Schedule:
@@ -510,13 +522,19 @@ class _Scheduler:
             for producer in self._inlined_producers(name):
                 kernels_using.setdefault(producer, set()).add(pos)
         candidates = {name for name, positions in kernels_using.items()
-                      if len(positions) > 1 and _is_expensive(self.expanded_body(name))}
+                      if len(positions) > 1 and self._is_expensive(self.expanded_body(name))}
         # the most downstream ones: a producer read only through a stored candidate stays inlined there
         chosen: set[str] = set()
         for name in reversed(list(self.nodes)):
             if name in candidates and not all(user in chosen for user in self.users[name]):
                 chosen.add(name)
         return chosen
+
+    def _is_expensive(self, body: Expr) -> bool:
+        expensive = self.expensive.get(body)
+        if expensive is None:
+            expensive = self.expensive[body] = _is_expensive(body)
+        return expensive
 
     def _inlined_producers(self, name: str) -> set[str]:
         out: set[str] = set()
@@ -646,7 +664,7 @@ class _Scheduler:
             mapping.update(zip(node.reduction_vars, _map_shape(node.reduction_shape, inner_vars, ())))
         else:
             mapping = dict(zip(node.vars, _map_shape(node.shape, outer_vars, inner_vars)))
-        return ir.substitute(body, mapping)
+        return self._substitute(body, mapping)
 
     # ------------------------------------------------------------ registers vs buffers
     def _local_reductions(self, groups: list, where: dict[str, int]) -> set[str]:
