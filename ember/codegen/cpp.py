@@ -19,6 +19,7 @@ A kernel with several passes over each row carries values between them in per-th
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -32,7 +33,7 @@ from ember.lower import ir
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
 from ember.symbolic import as_size, c_code, hint_of, is_symbolic, known_equal, printing_c
 from ember.lower.lower_indexing import has_index_check
-from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, LoopStep, Schedule
+from ember.lower.scheduler import BufferPlan, FusedKernel, KernelReduction, KernelStore, LoopStep, Schedule
 
 # work (elements x ops) below which a kernel runs serially: thread start-up costs more
 PARALLEL_THRESHOLD = 1 << 15
@@ -44,6 +45,15 @@ COLUMN_TILE = 64
 # with 512-column tiles, A/B in one process).  0: COLUMN_TILE columns always
 COLUMN_TILE_BYTES = 16384
 COLUMN_REDUCTIONS = ("sum", "max", "min", "prod")
+# a pointwise kernel's innermost loop split into ranges at the points where a comparison of its var
+# or a wrap-around (% d, // d) changes (KernelPrinter.innermost_segments): at most this many ranges,
+# each at least SEGMENT_MIN long (0: never split, for A/B runs)
+SEGMENTS_MAX = 8
+SEGMENT_MIN = 16
+# a column sum (a Linear's bias gradient: the output gradient summed over its rows) computed by the
+# pointwise kernel that stores what it adds up, when that kernel comes right before it
+# (fuse_column_sums); False: a kernel of its own, for A/B runs
+FUSE_COLUMN_SUMS = True
 # float exp through the prelude's ember_expf, vectorized for every input, where its argument may be
 # far below zero: a masked value (-inf) or one minus a row's max (softmax, logsumexp).  libmvec's
 # expf goes lane by lane there (5-12x slower), but is faster in the plain range (1.15 vs 1.9
@@ -114,11 +124,12 @@ def generate_cpp(sched: Schedule, size_args: dict[str, list[str]] | None = None)
     apply_matmul_policy(sched)
     if COMBINE_STORED_TERMS:
         combine_stored_terms(sched)
+    column_sums = fuse_column_sums(sched) if FUSE_COLUMN_SUMS else {}
     kernels = []
     private = private_buffers(sched)
     for kernel in sched.kernels:
         mine = {name for name, writer in private.items() if writer == kernel.name}
-        printer = KernelPrinter(kernel, sched.buffers, mine)
+        printer = KernelPrinter(kernel, sched.buffers, mine, column_sums.get(kernel.name, []))
         with printing_c():
             kernels.append(printer.render())
         if size_args is not None:
@@ -134,7 +145,7 @@ def generate_cpp(sched: Schedule, size_args: dict[str, list[str]] | None = None)
 
 # standard headers that the kernels include only where they use them: <limits> alone took 18 ms of
 # a 0.27 s build (the prelude's own needs are g++ builtins)
-OPTIONAL_HEADERS = (("std::numeric_limits", "<limits>"),
+OPTIONAL_HEADERS = (("std::numeric_limits", "<limits>"), ("omp_get_", "<omp.h>"),
                     ("std::max<", "<algorithm>"), ("std::min<", "<algorithm>"))   # symbolic.py's c_code
 
 
@@ -187,6 +198,206 @@ def is_column_reduction(kernel: FusedKernel, buffers: dict[str, BufferPlan]) -> 
     return contiguous_along_columns
 
 
+_COMPARISONS = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+                "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
+_MIRRORED = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le", "eq": "eq", "ne": "ne"}   # a op b == b mirrored a
+
+
+def _unit_offset(idx: Index, var: ir.Var) -> int | None:
+    """k where ``idx`` is ``var + k`` (nothing else), else None."""
+    if len(idx.terms) == 1 and idx.terms[0] == (var, 1) and isinstance(idx.const, int):
+        return idx.const
+    return None
+
+
+def _integer_operand(node: Expr) -> Index | None:
+    """The Index an integer comparison operand stands for (an IndexValue or an integer Const)."""
+    if isinstance(node, Cast) and not node.dtype.is_floating_point and node.dtype != torch.bool:
+        node = node.arg
+    if isinstance(node, IndexValue) and not node.dtype.is_floating_point:
+        return node.index
+    if isinstance(node, Const) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return ir.const_index(node.value)
+    return None
+
+
+def _known_comparison(op: str, left: Index | None, right: Index | None) -> bool | None:
+    """The answer of ``left op right`` wherever both stay within their bounds, if it is one."""
+    if left is None or right is None:
+        return None
+    (llo, lhi), (rlo, rhi) = left.bounds(), right.bounds()
+    if not all(isinstance(v, int) for v in (llo, lhi, rlo, rhi)):
+        return None
+    if op in ("eq", "ne"):
+        if lhi < rlo or rhi < llo:
+            return op == "ne"
+        if llo == lhi == rlo == rhi:
+            return op == "eq"
+        return None
+    compare = _COMPARISONS[op]      # monotone in each operand: the corners decide
+    answers = {compare(a, b) for a in (llo, lhi) for b in (rlo, rhi)}
+    return answers.pop() if len(answers) == 1 else None
+
+
+def _segment_cuts(node: Expr, var: ir.Var, indices: list[Index]) -> list[int]:
+    """Values of ``var`` at which ``node`` (a comparison of ``var + k`` with a constant) or one of
+    ``indices`` (the addresses ``node`` reads at, holding ``(var + k) % d`` or ``(var + k) // d``)
+    changes its rule; [] if none."""
+    cuts = []
+    if isinstance(node, Op) and node.op in _COMPARISONS and len(node.args) == 2:
+        left, right = (_integer_operand(arg) for arg in node.args)
+        if left is not None and right is not None:
+            for moving, fixed in ((left, right), (right, left)):
+                offset = _unit_offset(moving, var)
+                if offset is not None and fixed.is_constant() and isinstance(fixed.const, int):
+                    # var + offset against c: var < c - offset and var >= c - offset differ (lt, ge),
+                    # var <= c - offset and var > c - offset (le, gt), eq and ne both
+                    point = fixed.const - offset
+                    cuts += {"lt": [point], "ge": [point], "le": [point + 1], "gt": [point + 1]}.get(
+                        node.op if moving is left else _MIRRORED[node.op], [point, point + 1])
+    for idx in indices:
+        for atom in _all_atoms(idx):
+            if isinstance(atom, (ir.ModIndex, ir.FloorDiv)) and isinstance(atom.divisor, int):
+                offset = _unit_offset(atom.arg, var)
+                if offset is not None:
+                    first = -offset % atom.divisor
+                    cuts += range(first, var.size, atom.divisor)[:SEGMENTS_MAX + 1]
+    return cuts
+
+
+def _all_atoms(idx: Index):
+    for atom in idx.atoms():
+        yield atom
+        if isinstance(atom, (ir.ModIndex, ir.FloorDiv)):
+            yield from _all_atoms(atom.arg)
+
+
+def segment_steps(steps: list[LoopStep], var: ir.Var, start: int, stop: int) -> tuple[ir.Var, list[LoopStep]]:
+    """``steps`` with ``var`` restricted to [start, stop): a var of that length (same name) plus
+    ``start`` substituted, and each comparison with a constant that now has one answer folded."""
+    local = ir.Var(var.name, stop - start)
+    mapping = {var: ir.index(local) + start}
+    out = []
+    for step in steps:
+        stores = [dataclasses.replace(store, index=tuple(i.substitute(mapping) for i in store.index),
+                                      body=fold_known_comparisons(ir.substitute(store.body, mapping)))
+                  for store in step.stores]
+        out.append(dataclasses.replace(step, stores=stores))
+    return local, out
+
+
+def fold_known_comparisons(expr: Expr) -> Expr:
+    """Comparisons of integer indices whose answer the indices' bounds decide -> constants, and
+    the ``where``s and logical ops they decide -> the chosen operand."""
+    def fold(node: Expr, args: tuple[Expr, ...]) -> Expr:
+        node = ir.replace_children(node, args)
+        if not isinstance(node, Op):
+            return node
+        if node.op in _COMPARISONS and len(args) == 2:
+            answer = _known_comparison(node.op, *(_integer_operand(arg) for arg in args))
+            return node if answer is None else Const(answer, node.dtype)
+        known = [arg.value if isinstance(arg, Const) and isinstance(arg.value, bool) else None for arg in args]
+        if node.op == "where" and known[0] is not None:
+            chosen = args[1] if known[0] else args[2]
+            return chosen if chosen.dtype == node.dtype else node
+        if node.op in ("logical_and", "logical_or") and node.dtype == torch.bool:
+            absorbing = node.op == "logical_or"      # True absorbs an or, False an and
+            if absorbing in known:
+                return Const(absorbing, torch.bool)
+            if known[0] is not None and args[1].dtype == torch.bool:
+                return args[1]
+            if known[1] is not None and args[0].dtype == torch.bool:
+                return args[0]
+        return node
+    return ir.map_expr(expr, fold)
+
+
+@dataclasses.dataclass
+class ColumnSum:
+    """A column-sum kernel folded into the pointwise kernel before it (``fuse_column_sums``)."""
+
+    reduction: KernelReduction      # a float32 sum of ``buffer``, as the sum kernel had it
+    buffer: str                     # what it adds up: a buffer the pointwise kernel stores
+    column: ir.Var                  # the sum kernel's column var: ``finish`` is over it
+    finish: list[LoopStep]          # the sum kernel's stores of its results (Loads of the reduction)
+
+
+def fuse_column_sums(sched: Schedule) -> dict[str, list[ColumnSum]]:
+    """Fold each column-sum kernel that adds up what the pointwise kernel right before it stores
+    into that kernel: it adds each value it stores to its thread's partial sums as well, and
+    the threads' partials are combined in thread order at its end (``emit_outer_with_column_sums``).
+    The bias gradients of a Linear layer re-read the whole output gradient otherwise (the 12 MB
+    q/k/v gradient of benchmarks/train_cpu.py's nanoGPT block: 1.9 ms on 2 threads).  Returns
+    pointwise kernel name -> its column sums; the sum kernels leave ``sched.steps``."""
+    fused: dict[str, list[ColumnSum]] = {}
+    steps = sched.steps
+    position = 0
+    while position + 1 < len(steps):
+        producer, summer = steps[position], steps[position + 1]
+        sums = None
+        if isinstance(producer, FusedKernel) and isinstance(summer, FusedKernel):
+            sums = _column_sums_of(producer, summer, sched.buffers)
+        if sums is None:
+            position += 1
+            continue
+        fused.setdefault(producer.name, []).extend(sums)
+        producer.writes = producer.writes + [name for name in summer.writes if name not in producer.writes]
+        producer.fused_ops = producer.fused_ops + summer.fused_ops
+        producer.bytes_accessed += summer.bytes_accessed
+        producer.flops += summer.flops
+        del steps[position + 1]
+    return fused
+
+
+def _column_sums_of(producer: FusedKernel, summer: FusedKernel,
+                    buffers: dict[str, BufferPlan]) -> list[ColumnSum] | None:
+    """The ColumnSums when ``summer`` only sums, over its rows, buffers that ``producer`` (a
+    pointwise kernel over [rows..., columns], static sizes) stores once each, element for
+    element, and stores the sums; else None."""
+    if producer.inner_vars or len(producer.outer_vars) < 2 or len(summer.outer_vars) != 1 or \
+            checks_indices(producer) or not is_column_reduction(summer, buffers):
+        return None
+    *nest, last = producer.outer_vars
+    (column,) = summer.outer_vars
+    sizes = [v.size for v in (*producer.outer_vars, *summer.inner_vars, column)]
+    if any(is_symbolic(size) for size in sizes) or [v.size for v in summer.inner_vars] != [v.size for v in nest] \
+            or column.size != last.size:
+        return None
+    mapping = {row: ir.index(var) for row, var in zip(summer.inner_vars, nest)}
+    mapping[column] = ir.index(last)
+    first, *finish = summer.steps
+    stores: dict[str, list[KernelStore]] = {}
+    for step in producer.steps:
+        for store in step.stores:
+            stores.setdefault(store.buffer, []).append(store)
+    sums = []
+    for red in first.reductions:
+        body = red.body
+        if red.reduction_type != "sum" or red.dtype != torch.float32 or not isinstance(body, Load) or \
+                body.dtype != torch.float32 or len(stores.get(body.buffer, [])) != 1:
+            return None
+        store, plan = stores[body.buffer][0], buffers[body.buffer]
+        if plan.dtype != torch.float32 or store.body.dtype != torch.float32 or \
+                flat_address(plan, tuple(i.substitute(mapping) for i in body.index)) != flat_address(plan, store.index):
+            return None
+        sums.append(ColumnSum(red, body.buffer, column, finish))
+    if set(summer.reads) != {s.buffer for s in sums}:
+        return None
+    names = {red.name for red in first.reductions}
+    for step in finish:
+        if step.inner or step.reductions or any(
+                load.buffer not in names for store in step.stores for load in ir.loads(store.body)):
+            return None
+        if any(buffers[store.buffer].dtype != torch.float32 for store in step.stores):
+            return None
+    # the sums' buffers may reuse storage that is dead after the producer (the planner frees a
+    # buffer after its last reader): not the storage of anything the producer reads or writes
+    touched = {buffers[name].allocation or name for name in (*producer.reads, *producer.writes)}
+    if any((buffers[name].allocation or name) in touched for name in summer.writes):
+        return None
+    return sums
+
+
 def kernel_arguments(kernel: FusedKernel) -> list[str]:
     """Buffer names in the order the kernel function takes their pointers."""
     return list(kernel.reads) + list(kernel.writes)
@@ -198,8 +409,10 @@ SIZE_SYMBOL = re.compile(r"\bs\d+\b")
 
 # ============================================================ one kernel
 class KernelPrinter:
-    def __init__(self, kernel: FusedKernel, buffers: dict[str, BufferPlan], private: set[str] = frozenset()):
+    def __init__(self, kernel: FusedKernel, buffers: dict[str, BufferPlan], private: set[str] = frozenset(),
+                 column_sums: list[ColumnSum] = ()):
         self.kernel = kernel
+        self.column_sums = list(column_sums)
         self.buffers = buffers
         self.row_cache = RowCache(kernel, set(private))
         self.current_step: int | None = None    # the inner step being printed (RowCache reads)
@@ -240,7 +453,9 @@ class KernelPrinter:
             parallel, self.parallel_if = True, f" if({c_code(work)} >= {PARALLEL_THRESHOLD})"
         else:
             parallel = work >= PARALLEL_THRESHOLD
-        if is_column_reduction(k, self.buffers):
+        if self.column_sums:
+            self.emit_outer_with_column_sums(parallel)
+        elif is_column_reduction(k, self.buffers):
             self.emit_column_reduction(parallel)
         else:
             self.emit_outer(parallel)
@@ -295,6 +510,17 @@ class KernelPrinter:
         for var in nest:
             self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
             depth += 1
+        segments = self.innermost_segments(outer[-1]) if simd_last and (nest or not parallel) else None
+        if segments:
+            self.emit(depth, f"// {outer[-1].name} in {len(segments)} ranges, on each of which every comparison and "
+                             f"wrap-around of {outer[-1].name} is known")
+            for start, stop in segments:
+                var, steps = segment_steps(k.steps, outer[-1], start, stop)
+                self.emit(depth, f"{{  // {outer[-1].name} in [{start}, {stop})")
+                self.emit_pointwise_innermost(var, steps, depth + 1, False)
+                self.emit(depth, "}")
+            self.close_loops(nest, depth)
+            return
         stores = [st for step in k.steps for st in step.stores]
         choice = self.vector_choice(outer[-1], [], stores) if simd_last else None
         if choice:
@@ -335,6 +561,150 @@ class KernelPrinter:
         if choice:
             self.emit_vector_choice(choice, None)
         self.close_loops(nest, depth)
+
+    def emit_pointwise_innermost(self, var: ir.Var, steps: list[LoopStep], depth: int, parallel: bool,
+                                 column: Index | None = None) -> None:
+        """The innermost loop of a pointwise kernel over ``var``, storing ``steps``' values: the
+        vector types' form where it fits (VECTOR_TYPES), else an ``omp simd`` loop.  ``column``:
+        where the kernel's column sums add the stored values (the kernel's last var, in ``var``)."""
+        stores = [st for step in steps for st in step.stores]
+        choice = self.vector_choice(var, [], stores)
+
+        def body(inner_depth: int) -> None:
+            for step in steps:
+                self.emit_stores(step, inner_depth)
+            self.emit_column_sum_updates(stores, column, inner_depth)
+        if choice:
+            self.emit_vector_choice(choice, True)
+            self.scopes.append({})
+            self.emit_vector_loop(var, depth, parallel, body)
+            self.scopes.pop()
+            if choice == "only":
+                return
+            self.emit_vector_choice(choice, False)
+        self.emit(depth, f"#pragma omp parallel for simd{self.parallel_if}" if parallel else "#pragma omp simd")
+        self.emit(depth, f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
+        self.scopes.append({})
+        body(depth + 1)
+        self.scopes.pop()
+        self.emit(depth, "}")
+        if choice:
+            self.emit_vector_choice(choice, None)
+
+    def emit_column_sum_updates(self, stores: list[KernelStore], column: Index | None, depth: int) -> None:
+        """Each column sum adds the value just stored to its thread's partial sum of the column."""
+        for column_sum in self.column_sums:
+            for store in stores:
+                if store.buffer != column_sum.buffer:
+                    continue
+                partial = f"{column_sum.reduction.name}_part"
+                if self.vector is not None:
+                    pointer = f"{partial} + ({self.index(column)})"
+                    total = f"({self.vector_access(torch.float32, pointer)} + {self.vector_value(store.body, depth)})"
+                    self.emit(depth, self.vector_access(torch.float32, pointer, total))
+                else:
+                    self.emit(depth, f"{partial}[{self.index(column)}] += {self.lookup(store.body)};")
+
+    def emit_outer_with_column_sums(self, parallel: bool) -> None:
+        """A pointwise kernel with column sums folded in (``fuse_column_sums``): each thread adds
+        what it stores to partial sums of its own, one array per sum in a block allocated per
+        call, and after the rows (the barrier of their ``omp for``) the columns are shared out
+        and each adds the threads' partials in thread order: the same sums at every call for a
+        given thread count."""
+        k = self.kernel
+        *nest, last = k.outer_vars
+        columns, count = last.size, len(self.column_sums)
+        depth = 1
+        self.emit(depth, f"// {count} column sum(s) of what this kernel stores: partial sums per thread, "
+                         "then added up in thread order")
+        self.emit(depth, "const int ember_max_threads = omp_get_max_threads();")
+        self.emit(depth, f"float* __restrict__ ember_partials = static_cast<float*>(__builtin_malloc("
+                         f"sizeof(float) * {count * columns} * ember_max_threads));")
+        self.emit(depth, f"#pragma omp parallel{'' if parallel else ' if(0)'}")
+        self.emit(depth, "{")
+        depth += 1
+        self.emit(depth, "const int ember_thread = omp_get_thread_num(), ember_team = omp_get_num_threads();")
+        for slot, column_sum in enumerate(self.column_sums):
+            partial = f"{column_sum.reduction.name}_part"
+            self.emit(depth, f"float* __restrict__ {partial} = ember_partials + "
+                             f"(static_cast<int64_t>(ember_thread) * {count} + {slot}) * {columns};")
+            self.emit(depth, f"for (int64_t ember_column = 0; ember_column < {columns}; ++ember_column) "
+                             f"{partial}[ember_column] = 0.0f;")
+        collapse = f" collapse({len(nest)})" if len(nest) > 1 else ""
+        self.emit(depth, f"#pragma omp for{collapse} schedule(static)")
+        depth = self.open_loops(nest, depth)
+        segments = self.innermost_segments(last)
+        if segments:
+            self.emit(depth, f"// {last.name} in {len(segments)} ranges, on each of which every comparison and "
+                             f"wrap-around of {last.name} is known")
+            for start, stop in segments:
+                var, steps = segment_steps(k.steps, last, start, stop)
+                self.emit(depth, f"{{  // {last.name} in [{start}, {stop})")
+                self.emit_pointwise_innermost(var, steps, depth + 1, False, ir.index(var) + start)
+                self.emit(depth, "}")
+        else:
+            self.emit_pointwise_innermost(last, k.steps, depth, False, ir.index(last))
+        depth = self.close_loops(nest, depth)
+        groups: dict[int, list[tuple[int, ColumnSum]]] = {}     # the sums of one folded kernel: one loop
+        for slot, column_sum in enumerate(self.column_sums):
+            groups.setdefault(id(column_sum.finish), []).append((slot, column_sum))
+        for group in groups.values():
+            column = group[0][1].column
+            self.emit(depth, "#pragma omp for schedule(static)")
+            self.emit(depth, f"for (int64_t {column.name} = 0; {column.name} < {columns}; ++{column.name}) {{")
+            self.scopes.append({})
+            for slot, column_sum in group:
+                red = column_sum.reduction
+                self.emit(depth + 1, f"float {red.name}_acc = 0.0f;")
+                self.emit(depth + 1, f"for (int ember_t = 0; ember_t < ember_team; ++ember_t) {red.name}_acc += "
+                                     f"ember_partials[(static_cast<int64_t>(ember_t) * {count} + {slot}) * {columns}"
+                                     f" + {column.name}];")
+                self.finish_accumulator(red, f"{red.name}_acc", depth + 1)
+            for step in group[0][1].finish:
+                self.emit_stores(step, depth + 1)
+            self.scopes.pop()
+            self.emit(depth, "}")
+        depth -= 1
+        self.emit(depth, "}")
+        self.emit(depth, "__builtin_free(ember_partials);")
+
+    def innermost_segments(self, var: ir.Var) -> list[tuple[int, int]] | None:
+        """Ranges of a pointwise kernel's innermost var on each of which every comparison of it
+        with a constant has one answer and every ``% d`` / ``// d`` of it one period, when there
+        are 2 to SEGMENTS_MAX of them, each at least SEGMENT_MIN long; else None.
+
+        A concatenation (the q/k/v gradients of attention assembled into one [B, T, 3C] buffer:
+        three padded copies added up) compares the column with the part boundaries and reads
+        each part at ``column % C``: a gather that kept g++'s loop scalar, reading all parts at
+        every column.  Split at the boundaries, each range folds to one contiguous copy."""
+        if not SEGMENTS_MAX or is_symbolic(var.size) or self.row_cache.arrays:
+            return None
+        cuts = set()
+        for step in self.kernel.steps:
+            for store in step.stores:
+                for node in [*ir.walk(store.body), store]:
+                    for point in _segment_cuts(node, var, self.addresses_of(node)):
+                        if 0 < point < var.size:
+                            cuts.add(point)
+                    if len(cuts) >= SEGMENTS_MAX:
+                        return None
+        if not cuts:
+            return None
+        bounds = [0, *sorted(cuts), var.size]
+        segments = list(zip(bounds, bounds[1:]))
+        if any(stop - start < SEGMENT_MIN for start, stop in segments):
+            return None
+        return segments
+
+    def addresses_of(self, node: object) -> list[Index]:
+        """The flat element offsets, as printed, that a Load or KernelStore reads or writes at (an
+        IndexValue: its index)."""
+        if isinstance(node, IndexValue):
+            return [node.index]
+        if not isinstance(node, (Load, KernelStore)) or node.buffer in self.registers or \
+                node.buffer not in self.buffers:
+            return []
+        return [flat_address(self.buffers[node.buffer], node.index)]
 
     def splits_rows(self) -> bool:
         """Are there too few rows to share out to torch.get_num_threads() threads (fewer rows than
