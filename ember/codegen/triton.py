@@ -190,6 +190,77 @@ def same_code_key(kernel: TritonKernel) -> tuple:
             tuple(kernel.arguments.index(s) for s in kernel.scalars))
 
 
+@ir._cached_hash
+@dataclasses.dataclass(frozen=True, eq=False)
+class GuardedLoad(Expr):
+    """A load in a branch of ``where``: the lanes where ``guard`` is false take the other branch,
+    so they read nothing (a masked load).  A cat or pad kernel then reads each source only where
+    it is selected, not every source everywhere at a wrapped index."""
+    load: Load
+    guard: Expr
+    dtype: torch.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.guard,)
+
+
+def guard_branch_loads(body: Expr, unguarded: set[str]) -> Expr:
+    """``body`` with the loads that only a ``where``'s branch reads made GuardedLoads (the
+    branch's arithmetic then works on 0 in the lanes the where discards).  Loads also read
+    outside the branches (a relu's ``where(x > 0, x, 0)``), loads of buffers in ``unguarded``
+    (registers, buffers the kernel writes) and loads at indirect indices (whose bounds checks
+    must see eager's values) stay as they are."""
+    shared = _loads_outside_branches(body)
+
+    def guarded(branch: Expr, guard: Expr, done: dict[int, Expr]) -> Expr:
+        if id(branch) in done:
+            return done[id(branch)]
+        if isinstance(branch, Load):
+            out = branch
+            if branch not in shared and branch.buffer not in unguarded and \
+                    any(i.free_vars() for i in branch.index) and \
+                    not any(next(ir.indirect_atoms(i), None) for i in branch.index):
+                out = GuardedLoad(branch, guard, branch.dtype)
+        elif isinstance(branch, GuardedLoad):       # a nested where's branch: read where both select it
+            out = GuardedLoad(branch.load, Op("logical_and", (guard, branch.guard), torch.bool), branch.dtype)
+        elif isinstance(branch, Cast) or isinstance(branch, Op) and branch.op != "check_index":
+            out = ir.replace_children(branch, tuple(guarded(c, guard, done) for c in branch.children()))
+        else:
+            out = branch
+        done[id(branch)] = out
+        return out
+
+    def rewrite(node: Expr, children: tuple[Expr, ...]) -> Expr:
+        node = ir.replace_children(node, children)
+        if not _is_select(node):
+            return node
+        condition, chosen, other = node.args
+        return Op("where", (condition, guarded(chosen, condition, {}),
+                            guarded(other, Op("logical_not", (condition,), torch.bool), {})), node.dtype)
+    return ir.map_expr(body, rewrite)
+
+
+def _is_select(node: Expr) -> bool:
+    return isinstance(node, Op) and node.op == "where" and not isinstance(node.args[0], Const) and \
+        node.args[0].dtype == torch.bool
+
+
+def _loads_outside_branches(body: Expr) -> set[Load]:
+    """The loads some lane of ``body`` reads whatever the wheres select (not only in a branch)."""
+    found: set[Load] = set()
+    seen: set[int] = set()
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Load):
+            found.add(node)
+        stack.extend(node.args[:1] if _is_select(node) else node.children())
+    return found
+
+
 class TritonKernelPrinter:
     def __init__(self, kernel: FusedKernel, buffers: dict[str, BufferPlan], scalars: set[str] | frozenset = frozenset()):
         self.kernel = kernel
@@ -333,7 +404,10 @@ class TritonKernelPrinter:
         self.rmask = None
         if self.xmask:
             self.emit("xmask = xindex < xnumel")
+        unguarded = set(self.scalars) | set(self.kernel.writes)
         for step in self.kernel.steps:
+            step = dataclasses.replace(step, stores=[dataclasses.replace(s, body=guard_branch_loads(s.body, unguarded))
+                                                     for s in step.stores])
             self.expect_stores(step)
             self.emit_stores(step)
 
@@ -648,7 +722,8 @@ class TritonKernelPrinter:
                 flat = flat + idx * as_size(stride)
         return flat
 
-    def render_load(self, node: Load) -> str:
+    def render_load(self, node: Load, guard: str | None = None) -> str:
+        """``guard``: a bool block; lanes where it is false read nothing (and get 0)."""
         plan = self.buffers[node.buffer]
         if node.buffer in self.scalars:
             # a scalar argument (the interpreter types small Python ints as int32: widen it)
@@ -656,8 +731,10 @@ class TritonKernelPrinter:
         address = self.address(plan, node.index)
         offset = self.render_index(address)
         mask = self.mask_for(address)
-        if mask and offset.lstrip("-").isdigit():
-            mask = None                  # only size-1 loop vars: one element, a scalar pointer takes no block mask
+        if offset.lstrip("-").isdigit():
+            mask = guard = None          # only size-1 loop vars: one element, a scalar pointer takes no block mask
+        if guard:
+            mask = f"{guard} & {mask}" if mask else guard
         ptr = self.pointer(node.buffer)
         target = ptr if offset == "0" else f"{ptr} + ({offset})"
         text = f"tl.load({target}, mask={mask}, other=0)" if mask else f"tl.load({target})"
@@ -775,6 +852,8 @@ class TritonKernelPrinter:
     def render_node(self, node: Expr) -> str:
         if isinstance(node, Load):
             return self.render_load(node)
+        if isinstance(node, GuardedLoad):
+            return self.render_load(node.load, guard=self.lookup(node.guard))
         if isinstance(node, IndexValue):
             if node.index.is_constant() and is_symbolic(node.index.const):   # a size read at run time
                 return f"tl.full([], {python_code(node.index.const)}, {compute_type(node.dtype)})"
