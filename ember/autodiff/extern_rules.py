@@ -97,6 +97,26 @@ def _matmul(a: Value, b: Value) -> Value:
     return ops.extern(torch.matmul, a, b)
 
 
+def _product_laid_out_like(product: Callable[[Value, Value], Value], left: Value, right: Value,
+                           operand: Value) -> Value:
+    """``left @ right``, the gradient of ``operand``, in ``operand``'s memory order: computed as
+    ``(right^T @ left^T)^T`` when ``operand`` is a transposed view (its rows have unit stride),
+    which costs the GEMM nothing.  Whoever reads the gradient the way the operand was laid out
+    (the transpose's own gradient, the assembly of a q/k/v gradient) then reads it contiguously:
+    nanoGPT's dk from ``q @ k.transpose(-2, -1)`` was read at a 1 KiB stride."""
+    if _transposed_view(operand):
+        return _t(product(_t(right), _t(left)))
+    return product(left, right)
+
+
+def _transposed_view(x: Value) -> bool:
+    if not is_tensor(x) or x.ndim < 2:
+        return False
+    rows, columns = (hint_of(n) for n in x.shape[-2:])
+    row_stride, column_stride = (hint_of(s) for s in x.meta.stride[-2:])
+    return rows > 1 and columns > 1 and row_stride == 1 and column_stride != 1
+
+
 def _sum_to(x: Value, shape: Sequence[Any]) -> Value:
     """Reduce a broadcast gradient back to an operand's shape."""
     shape = tuple(shape)
@@ -127,8 +147,9 @@ def _product_vjp(product: Any) -> Callable[..., tuple]:
     def rule(grad: Value, out: Value, *args: Any, **kwargs: Any) -> tuple:
         call = _Call(_signature(_binary), args, _binary_kwargs(kwargs))
         a, b = call["input"], call["other"]
-        return call.result(input=ops.extern(product, grad, _t(b)) if call.needs("input") else None,
-                           other=ops.extern(product, _t(a), grad) if call.needs("other") else None)
+        multiply = functools.partial(ops.extern, product)
+        return call.result(input=_product_laid_out_like(multiply, grad, _t(b), a) if call.needs("input") else None,
+                           other=_product_laid_out_like(multiply, _t(a), grad, b) if call.needs("other") else None)
     rule.__name__ = f"{product.__name__}_vjp"
     return rule
 
@@ -149,8 +170,10 @@ def _matmul_grads(grad: Value, a: Value, b: Value, need_a: bool, need_b: bool) -
     b2 = ops.unsqueeze(b, -1) if b.ndim == 1 else b
     batch = ops.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2]))
     g2 = ops.reshape(grad, tuple(batch) + (a2.shape[-2], b2.shape[-1]))
-    grad_a = ops.reshape(_sum_to(_matmul(g2, _t(b2)), a2.shape), a.shape) if need_a else None
-    grad_b = ops.reshape(_sum_to(_matmul(_t(a2), g2), b2.shape), b.shape) if need_b else None
+    grad_a = ops.reshape(_sum_to(_product_laid_out_like(_matmul, g2, _t(b2), a2), a2.shape), a.shape) \
+        if need_a else None
+    grad_b = ops.reshape(_sum_to(_product_laid_out_like(_matmul, _t(a2), g2, b2), b2.shape), b.shape) \
+        if need_b else None
     return grad_a, grad_b
 
 

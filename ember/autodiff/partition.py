@@ -138,10 +138,10 @@ def _min_cut(values: list[Node], read_by_backward: list[Node], forward_outputs: 
     flow = _FlowNetwork()
     source, sink = "source", "sink"
     index = {v: i for i, v in enumerate(values)}
-    banned: set[Node] = set()
+    banned = _long_recomputations(values)
     if backward_only is not None:
         users = _users(values, backward_only)
-        banned = _recompute_banned(values, users, backward_only)
+        banned |= _recompute_banned(values, users, backward_only)
         tie = _tie_break(values, users, backward_only)
         # integer capacities: bytes in the high digits, the tie-break below them (never outweighs a byte)
         scale = (len(values) + 1) * _TIE_RANGE
@@ -196,6 +196,34 @@ def _read_by_extern(v: Node, users: dict[Node, list[Node]], side: set[Node] | No
             if _is_view(user):
                 stack.append(user)
     return False
+
+
+# the most values of its own size that recomputing one value may read (_long_recomputations)
+RECOMPUTE_MAX_READS = 4
+
+
+def _long_recomputations(values: list[Node]) -> set[Node]:
+    """Recomputable values whose recomputation would read more than RECOMPUTE_MAX_READS
+    values of their size: they are computed once, in the forward (and saved if the backward
+    needs them).  A pre-norm transformer's residual stream ``x_k = x_0 + attn_1 + mlp_1 + ...``
+    is the case: recomputed, each layer norm's backward rebuilt x_k from all 2k branch outputs
+    (nanoGPT's last one read 22 tensors; bytes quadratic in depth), where eager saves x_k."""
+    reads: dict[Node, frozenset[Node]] = {}
+    long: set[Node] = set()
+    for v in values:
+        if not recomputable(v) or not isinstance(v.meta, TensorMeta):
+            continue
+        numel = hint_of(v.meta.numel())
+        read: set[Node] = set()
+        for u in v.inputs():
+            if not isinstance(u.meta, TensorMeta) or hint_of(u.meta.numel()) != numel:
+                continue            # a broadcast weight, a row statistic: small beside v
+            read |= reads.get(u, {u})
+        if len(read) > RECOMPUTE_MAX_READS:
+            long.add(v)
+        else:
+            reads[v] = frozenset(read)
+    return long
 
 
 # elementwise prims that call a libm function per element (lower/scheduler.py's _TRANSCENDENTAL)
