@@ -32,6 +32,7 @@ runtime/triton_build.py.
 from __future__ import annotations
 
 import ast
+import collections
 import dataclasses
 import io
 import math
@@ -158,7 +159,12 @@ def generate_triton(sched: Schedule, interpret: bool | None = None) -> tuple[str
     finally:
         triton_ops.INTERPRET.reset(token)
     first_with_code: dict[tuple, TritonKernel] = {}
+    # the code part of the key (tokenizing: most of this function's time) is worth computing only
+    # for kernels whose launch matches another kernel's
+    launches = collections.Counter(_launch_key(kernel) for kernel in kernels)
     for kernel in kernels:
+        if launches[_launch_key(kernel)] == 1:
+            continue                  # no other kernel can have the same code
         first = first_with_code.setdefault(same_code_key(kernel), kernel)
         if first is not kernel:
             kernel.source = f"{kernel.name} = {first.name}  # the same code as {first.name}\n"
@@ -186,7 +192,12 @@ def same_code_key(kernel: TritonKernel) -> tuple:
         if token.type == tokenize.NAME and text in local_names:
             text = renamed.setdefault(text, f"v{len(renamed)}")
         words.append(text)
-    return (" ".join(words), tuple(kernel.signature.values()), tuple(kernel.aligned), repr(kernel.config), kernel.grid,
+    return (" ".join(words), *_launch_key(kernel))
+
+
+def _launch_key(kernel: TritonKernel) -> tuple:
+    """same_code_key but the code: argument types, alignment, launch config, scalar positions."""
+    return (tuple(kernel.signature.values()), tuple(kernel.aligned), repr(kernel.config), kernel.grid,
             tuple(kernel.arguments.index(s) for s in kernel.scalars))
 
 
