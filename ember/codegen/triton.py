@@ -216,8 +216,8 @@ class GuardedLoad(Expr):
 
 
 def guard_branch_loads(body: Expr, unguarded: set[str]) -> Expr:
-    """``body`` with the loads that only a ``where``'s branch reads made GuardedLoads (the
-    branch's arithmetic then works on 0 in the lanes the where discards).  Loads also read
+    """``body`` with the loads that only a positional ``where``'s branch reads made GuardedLoads
+    (the branch's arithmetic then works on 0 in the lanes the where discards).  Loads also read
     outside the branches (a relu's ``where(x > 0, x, 0)``), loads of buffers in ``unguarded``
     (registers, buffers the kernel writes) and loads at indirect indices (whose bounds checks
     must see eager's values) stay as they are."""
@@ -252,8 +252,21 @@ def guard_branch_loads(body: Expr, unguarded: set[str]) -> Expr:
 
 
 def _is_select(node: Expr) -> bool:
+    """A where whose condition depends on the element's position alone (cat, pad, a causal mask
+    from iota): Triton's axis analysis sees such a mask constant over runs of elements and keeps
+    16-byte vector loads.  A condition on loaded or random values (dropout, relu) would make the
+    loads element-wise masked, and scalar."""
     return isinstance(node, Op) and node.op == "where" and not isinstance(node.args[0], Const) and \
-        node.args[0].dtype == torch.bool
+        node.args[0].dtype == torch.bool and _positional(node.args[0])
+
+
+def _positional(condition: Expr) -> bool:
+    return all(isinstance(n, (IndexValue, Const, Cast)) or isinstance(n, Op) and n.op in _POSITIONAL_OPS
+               for n in ir.walk(condition))
+
+
+_POSITIONAL_OPS = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not",
+                             "bitwise_and", "bitwise_or", "bitwise_not", "add", "sub", "mul"})
 
 
 def _loads_outside_branches(body: Expr) -> set[Load]:

@@ -85,3 +85,15 @@ def test_nested_select_guards_conjoin():
     not_outer = ir.Op("logical_not", (outer,), torch.bool)
     assert guards["p"] == ir.Op("logical_and", (not_outer, inner), torch.bool)
     assert guards["q"] == ir.Op("logical_and", (not_outer, ir.Op("logical_not", (inner,), torch.bool)), torch.bool)
+
+
+def test_only_positional_conditions_guard():
+    """A causal mask made from positions guards its branch's load; a mask read from memory (a bool
+    input, dropout's random bits) does not: element-wise masks would make Triton's loads scalar."""
+    x, keep, other = torch.randn(6, 6), torch.rand(6, 6) > 0.5, torch.randn(6, 6)
+
+    def causal(x):
+        rows, columns = torch.arange(6)[:, None], torch.arange(6)[None, :]
+        return torch.where(rows >= columns, x * 2, 0.0)
+    assert _loads(_compiled_source(causal, x))["x"].startswith("tmp")
+    assert not _loads(_compiled_source(lambda x, k, o: torch.where(k, x * 2, o), x, keep, other))["x"].startswith("tmp")
