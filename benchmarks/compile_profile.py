@@ -12,9 +12,9 @@ cores; the split between the stages is what to read.
 ``--train`` (model.train(), grad on): the captured graph goes through autodiff as
 ``autodiff/training.py`` runs it (joint graph, partition, the forward and then the backward
 compiled from metadata); the stages of both halves are added up.  The tensors are on the CPU with
-the CUDA path's device policies switched on for them (``cuda_policies_on_cpu``).  The wrapper (host program) is not generated:
-it needs the built kernels.  ``--dump DIR`` writes each graph's Triton source (to check that a
-change leaves the generated code byte-identical).
+the CUDA path's device policies switched on for them (``cuda_policies_on_cpu``).  The wrapper (host
+program) is not generated: it needs the built kernels.  ``--dump DIR`` writes each graph's Triton
+source (to check that a change leaves the generated code byte-identical).
 """
 from __future__ import annotations
 

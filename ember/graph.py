@@ -463,20 +463,25 @@ def tree_leaves(value: Any) -> list[Any]:
     return out
 
 
+_CONTAINERS = (tuple, list, dict, slice)
+
+
 def _collect(value: Any, out: list[Any]) -> None:
-    if isinstance(value, (tuple, list)):
+    if not isinstance(value, _CONTAINERS):    # most values are leaves: one check for them
+        out.append(value)
+    elif isinstance(value, (tuple, list)):
         for v in value:
             _collect(v, out)
     elif isinstance(value, dict):
         for v in value.values():
             _collect(v, out)
-    elif isinstance(value, slice):
+    else:                                     # a slice
         _collect((value.start, value.stop, value.step), out)
-    else:
-        out.append(value)
 
 
 def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    if not isinstance(value, _CONTAINERS):
+        return fn(value)
     if isinstance(value, tuple):
         mapped = [tree_map(fn, v) for v in value]
         return type(value)(*mapped) if hasattr(value, "_fields") else tuple(mapped)
@@ -484,6 +489,4 @@ def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
         return [tree_map(fn, v) for v in value]
     if isinstance(value, dict):
         return {k: tree_map(fn, v) for k, v in value.items()}
-    if isinstance(value, slice):
-        return slice(tree_map(fn, value.start), tree_map(fn, value.stop), tree_map(fn, value.step))
-    return fn(value)
+    return slice(tree_map(fn, value.start), tree_map(fn, value.stop), tree_map(fn, value.step))

@@ -565,6 +565,16 @@ def loads(expr: Expr) -> list[Load]:
     return list(found)
 
 
+def load_buffers(expr: Expr) -> tuple[str, ...]:
+    """The buffers an expression loads, each once, in the order of ``loads`` (so that a set made
+    from them iterates as one made from the loads); kept on the expression as ``loads``."""
+    found = expr.__dict__.get("_load_buffers")
+    if found is None:
+        found = tuple(dict.fromkeys(ld.buffer for ld in loads(expr)))
+        object.__setattr__(expr, "_load_buffers", found)
+    return found
+
+
 def _loads(expr: Expr) -> tuple[Load, ...]:
     out: list[Load] = []
     for node in walk(expr):
@@ -713,7 +723,7 @@ class Pointwise(LoopNode):
     source: str = ""           # the prim graph node(s) it came from, for comments and errors
 
     def reads(self) -> set[str]:
-        return {ld.buffer for ld in loads(self.body)}
+        return set(load_buffers(self.body))
 
     def __str__(self) -> str:
         return f"{self.name} = pointwise[{', '.join(map(str, self.shape))}]({', '.join(map(str, self.vars))}) -> {self.body}"
@@ -735,7 +745,7 @@ class Reduction(LoopNode):
         return tuple(v.size for v in self.reduction_vars)
 
     def reads(self) -> set[str]:
-        return {ld.buffer for ld in loads(self.body)}
+        return set(load_buffers(self.body))
 
     def __str__(self) -> str:
         return (f"{self.name} = {self.reduction_type}[{', '.join(map(str, self.shape))} | "

@@ -267,9 +267,12 @@ class _Scheduler:
                     self._set_forced(self.forced - unread)
                     groups, where, _ = self._group()
         local = self._local_reductions(groups, where)
+        extern_outputs: dict[str, list[ir.ExternOutput]] = {}     # extern name -> its outputs, in program order
+        for node in self.nodes.values():
+            if isinstance(node, ir.ExternOutput):
+                extern_outputs.setdefault(node.extern, []).append(node)
         steps = [self._build_kernel(g, i, local) if isinstance(g, _Group) else
-                 ExternCall(g, [n for n in self.nodes.values() if isinstance(n, ir.ExternOutput) and n.extern == g.name])
-                 for i, g in enumerate(groups)]
+                 ExternCall(g, extern_outputs.get(g.name, [])) for i, g in enumerate(groups)]
         steps = [s for s in steps if not isinstance(s, FusedKernel) or s.steps]
         for i, step in enumerate(s for s in steps if isinstance(s, FusedKernel)):
             step.name = f"kernel{i}"
