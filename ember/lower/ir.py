@@ -127,8 +127,12 @@ class Index:
             merged[atom] = merged.get(atom, 0) + coeff
         if len(merged) >= 2 and any(isinstance(a, ModIndex) for a in merged):
             const += _merge_div_mod(merged)
-        self.terms: tuple[tuple[Atom, int], ...] = tuple(
-            sorted(((a, c) for a, c in merged.items() if not known_equal(c, 0)), key=lambda t: _atom_order(t[0])))
+        # (the most built object of lowering and scheduling: int coefficients skip known_equal,
+        # a single term skips the sort, whose key prints non-Var atoms)
+        kept = [(a, c) for a, c in merged.items() if (c != 0 if type(c) is int else not known_equal(c, 0))]
+        if len(kept) > 1:
+            kept.sort(key=_term_order)
+        self.terms: tuple[tuple[Atom, int], ...] = tuple(kept)
         self.const = as_size(const)
         self._hash = hash((self.terms, self.const))
 
@@ -316,6 +320,10 @@ def _merge_div_mod(merged: dict[Atom, int]) -> int:
             changed = True
             break
     return const
+
+
+def _term_order(term: tuple[Atom, int]) -> tuple:
+    return _atom_order(term[0])
 
 
 def _atom_order(atom: Atom) -> tuple:
