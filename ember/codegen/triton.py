@@ -35,6 +35,7 @@ import ast
 import collections
 import dataclasses
 import io
+import keyword
 import math
 import re
 import tokenize
@@ -162,10 +163,11 @@ def generate_triton(sched: Schedule, interpret: bool | None = None) -> tuple[str
     # the code part of the key (tokenizing: most of this function's time) is worth computing only
     # for kernels whose launch matches another kernel's
     launches = collections.Counter(_launch_key(kernel) for kernel in kernels)
+    keys_by_text: dict[tuple, tuple] = {}
     for kernel in kernels:
         if launches[_launch_key(kernel)] == 1:
             continue                  # no other kernel can have the same code
-        first = first_with_code.setdefault(same_code_key(kernel), kernel)
+        first = first_with_code.setdefault(_code_key(kernel, keys_by_text), kernel)
         if first is not kernel:
             kernel.source = f"{kernel.name} = {first.name}  # the same code as {first.name}\n"
             kernel.signature = first.signature        # keyed by the parameter names of first's function
@@ -193,6 +195,50 @@ def same_code_key(kernel: TritonKernel) -> tuple:
             text = renamed.setdefault(text, f"v{len(renamed)}")
         words.append(text)
     return (" ".join(words), *_launch_key(kernel))
+
+
+def _code_key(kernel: TritonKernel, keys_by_text: dict[tuple, tuple]) -> tuple:
+    """same_code_key, computed once per text of ``_numbered_text`` (a model's repeated layers
+    give kernels that differ only in their parameters' names and comments)."""
+    text = _numbered_text(kernel.source)
+    if text is None:
+        return same_code_key(kernel)
+    cache_key = (text, *_launch_key(kernel))
+    key = keys_by_text.get(cache_key)
+    if key is None:
+        key = keys_by_text[cache_key] = same_code_key(kernel)
+    return key
+
+
+_DEF = re.compile(r"\bdef (\w+)\(([^)]*)\)")
+_COMMENT = re.compile(r"#[^\n]*")
+_NAME = re.compile(r"\b[A-Za-z_]\w*")
+_ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.MULTILINE)   # name = / name: T =
+
+
+def _numbered_text(source: str) -> str | None:
+    """The source without comments and the function's name, its parameters and assigned locals
+    numbered: two kernels with the same text have equal same_code_keys (the same tokens but for
+    comments, the name and a renaming of local names).  None where plain text cannot tell:
+    string literals (a '#' or a name inside one), statements over several lines (a keyword
+    argument looks like an assignment), parameters that are not a plain list of names."""
+    if "'" in source or '"' in source or "\\" in source:
+        return None
+    code = _COMMENT.sub("", source)
+    if any(line.count("(") != line.count(")") or line.count("[") != line.count("]") or
+           line.count("{") != line.count("}") for line in code.splitlines()):
+        return None
+    signature = _DEF.search(code)
+    if signature is None:
+        return None
+    parameters = [p.strip() for p in signature.group(2).split(",") if p.strip()]
+    if not all(p.isidentifier() for p in parameters):
+        return None
+    assigned = [name for name in _ASSIGNED.findall(code) if not keyword.iskeyword(name)]   # not "else: x = 1"
+    local_names = dict.fromkeys(parameters + assigned)
+    numbered = {name: f"\0{i}" for i, name in enumerate(local_names)}     # \0: no name can take it
+    text = code[:signature.start(1)] + code[signature.end(1):]
+    return _NAME.sub(lambda name: numbered.get(name.group(0), name.group(0)), text)
 
 
 def _launch_key(kernel: TritonKernel) -> tuple:
