@@ -13,7 +13,8 @@ Blocks:
              B8 T256 C512 (full) or B4 T128 C256 (small)
 
 Printed per block and compiler: median step time (ms; the compilers take turns step by step, so
-that load from other processes slows them alike) and the speedup over eager, compile time
+that load from other processes slows them alike) and the speedup over eager (the ratio of the medians,
+and the paired speedup: the median over rounds of eager's step over this compiler's), compile time
 (the first step: capture + compile + build, with empty kernel caches unless --warm), whether the first step's output and gradients match
 eager (rtol/atol 1e-3), and the peak memory of the steps.  Timings are taken in this one process.
 Peak memory: each compiler runs again in its own subprocess, which compiles and warms up, resets
@@ -205,24 +206,26 @@ def run_block(block: str, size: str, compilers: list[str], iters: int, memory: b
         compile_s = time.perf_counter() - start
         verdict = matches(results_of(model, x, out), expected)
         variants[compiler] = {"model": compiled, "compile_s": compile_s, "verdict": verdict}
-    step_ms = time_interleaved({name: v["model"] for name, v in variants.items()}, x, grad, iters)
-    print("| compiler | median step ms | speedup vs eager | compile s (first step) | matches eager | "
+    step_ms, paired = time_interleaved({name: v["model"] for name, v in variants.items()}, x, grad, iters)
+    print("| compiler | median step ms | speedup vs eager | paired speedup | compile s (first step) | matches eager | "
           "peak RSS in steps MB (increase) | graphs |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for compiler, v in variants.items():
         ms = step_ms[compiler]
         mem = measure_memory(block, size, compiler, iters) if memory else {}
         mem_text = (f"{mem['peak_rss_mb']:.0f} (+{mem['peak_rss_mb'] - mem['rss_before_mb']:.0f})"
                     if "peak_rss_mb" in mem else mem.get("error", "-"))
         graphs = explain_ember(v["model"]) if compiler == "ember" else ""
-        print(f"| {compiler} | {ms:.2f} | {step_ms['eager'] / ms:.2f}x | {v['compile_s']:.2f} | {v['verdict']} | "
-              f"{mem_text} | {graphs} |", flush=True)
+        print(f"| {compiler} | {ms:.2f} | {step_ms['eager'] / ms:.2f}x | {paired[compiler]:.3f}x | "
+              f"{v['compile_s']:.2f} | {v['verdict']} | {mem_text} | {graphs} |", flush=True)
 
 
 def time_interleaved(models: dict[str, nn.Module], x: torch.Tensor, grad: torch.Tensor, iters: int
-                     ) -> dict[str, float]:
+                     ) -> tuple[dict[str, float], dict[str, float]]:
     """Median milliseconds per step of each model, the models taking turns step by step, so that
-    a busy machine slows them alike (after 2 warm-up steps each)."""
+    a busy machine slows them alike (after 2 warm-up steps each); and the paired speedup: the
+    median over the rounds of eager's step time over the model's in the same round (steadier than
+    the ratio of the medians where other processes come and go; "eager" must be one of them)."""
     for model in models.values():
         for _ in range(2):
             train_step(model, x, grad)
@@ -232,7 +235,8 @@ def time_interleaved(models: dict[str, nn.Module], x: torch.Tensor, grad: torch.
             start = time.perf_counter()
             train_step(model, x, grad)
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+    paired = {name: statistics.median(e / t for e, t in zip(times["eager"], steps)) for name, steps in times.items()}
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}, paired
 
 
 def main() -> None:
