@@ -214,7 +214,8 @@ def _integer_operand(node: Expr) -> Index | None:
     """The Index an integer comparison operand stands for (an IndexValue or an integer Const)."""
     if isinstance(node, Cast) and not node.dtype.is_floating_point and node.dtype != torch.bool:
         node = node.arg
-    if isinstance(node, IndexValue) and not node.dtype.is_floating_point:
+    if isinstance(node, IndexValue) and not node.dtype.is_floating_point and \
+            not any(True for _ in ir.indirect_atoms(node.index)):    # (a gathered value's bounds are no promise)
         return node.index
     if isinstance(node, Const) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return ir.const_index(node.value)
