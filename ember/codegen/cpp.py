@@ -15,7 +15,9 @@ exception after the kernel (``cpp_build.index_checked``); the load reads element
 A reduction over the rows of column-contiguous data (weight and bias gradients) is emitted
 column-tiled instead: see ``is_column_reduction`` and ``KernelPrinter.emit_column_reduction``.
 A kernel with several passes over each row carries values between them in per-thread row arrays
-(codegen/cpp_rows.py).
+(codegen/cpp_rows.py).  A pointwise kernel's innermost loop runs as several ranges where comparisons
+or wrap-arounds of its var change along it (a concatenation: ``KernelPrinter.innermost_segments``),
+and a column sum of what a pointwise kernel stores is folded into it (``fuse_column_sums``).
 """
 from __future__ import annotations
 

@@ -21,6 +21,10 @@ In: a Schedule about to be compiled for the CPU.  Out: the same Schedule, where
   long for causal attention as for full attention at these lengths (B8 H8 T256 D64: 22.6 ms
   either way, 17.6 ms in blocks; T512: 43.2 against 31.8 ms; from 768 tokens on it splits its
   work itself and blocks gain nothing);
+* a training graph's causal CPU flash attention of 128, 256 or 512 tokens (float32): its forward in
+  query blocks as above (keeping the log-sum-exp), its backward as the causal square's diagonal
+  blocks plus the squares below them, each size one batched call (``causal_flash_backward_by_halves``):
+  B8 H8 T256 D64 on 2 threads, forward 21.9 -> 17.4 ms, backward 50.2 -> 42.4 ms;
 * the function of each large bf16/fp16 matrix product (linear, mm, addmm, bmm, baddbmm, matmul)
   is replaced by one that converts its operands to float32, calls the same torch function, and
   rounds the result to the operands' dtype once.
