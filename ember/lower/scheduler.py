@@ -981,10 +981,13 @@ EXPENSIVE_LOADS = 4
 
 
 def _is_expensive(body: Expr) -> bool:
-    ops = [node for node in ir.walk(body) if isinstance(node, ir.Op)]
-    if any(op.op in _TRANSCENDENTAL for op in ops) or len(ops) >= EXPENSIVE_OPS:
-        return True
-    return len({ld.buffer for ld in ir.loads(body)}) >= EXPENSIVE_LOADS
+    ops = 0
+    for node in ir.walk(body):        # stops at the answer: a backward's bodies are large DAGs
+        if isinstance(node, ir.Op):
+            ops += 1
+            if node.op in _TRANSCENDENTAL or ops >= EXPENSIVE_OPS:
+                return True
+    return len(ir.load_buffers(body)) >= EXPENSIVE_LOADS
 
 
 def _expand_indirect(idx: Index, sched: _Scheduler) -> Index:
