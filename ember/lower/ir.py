@@ -583,6 +583,15 @@ def load_buffers(expr: Expr) -> tuple[str, ...]:
     return found
 
 
+def has_indirect(expr: Expr) -> bool:
+    """Does some index in the expression hold a gathered value (an Indirect atom)?  Kept on it."""
+    found = expr.__dict__.get("_has_indirect")
+    if found is None:
+        found = any(next(indirect_atoms(idx), None) is not None for node in walk(expr) for idx in indices_of(node))
+        object.__setattr__(expr, "_has_indirect", found)
+    return found
+
+
 def _loads(expr: Expr) -> tuple[Load, ...]:
     out: list[Load] = []
     for node in walk(expr):

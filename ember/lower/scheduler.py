@@ -237,11 +237,14 @@ class _Scheduler:
 
     def _substitute(self, body: Expr, mapping: dict[Var, Index]) -> Expr:
         """ir.substitute, sharing its work with earlier substitutions by the same mapping."""
+        return self._substitution(mapping)(body)
+
+    def _substitution(self, mapping: dict[Var, Index]) -> ir.Substitution:
         key = tuple(mapping.items())
         substitution = self.substitutions.get(key)
         if substitution is None:
             substitution = self.substitutions[key] = ir.Substitution(mapping)
-        return substitution(body)
+        return substitution
 
     # ------------------------------------------------------------ grouping
     def run(self) -> Schedule:
@@ -636,12 +639,27 @@ class _Scheduler:
         trial = _Group(new_outer, new_inner, group.members)
         produced = {m for m in group.members}
         outer_vars, inner_vars = _kernel_vars(trial)
-        body = self._kernel_body(node, outer_vars, inner_vars)
-        for ld in ir.loads(body):
-            if ld.buffer in produced and ld.index != self._kernel_index(self.nodes[ld.buffer], outer_vars, inner_vars):
+        for buffer, index in self._loads_in_kernel(node, produced, outer_vars, inner_vars):
+            if index != self._kernel_index(self.nodes[buffer], outer_vars, inner_vars):
                 return False
         group.outer, group.inner = new_outer, new_inner
         return True
+
+    def _loads_in_kernel(self, node: ir.LoopNode, buffers: set[str], outer_vars: tuple[Var, ...],
+                         inner_vars: tuple[Var, ...]) -> list[tuple[str, tuple[Index, ...]]]:
+        """(buffer, index) of the node's loads of ``buffers`` in a kernel's vars: the loads of its
+        kernel body, without building that body for every group _fits tries.  Substitution maps
+        each load to one load with substituted indices (the buffers stay), unless an index holds
+        a gathered value (loads inside it may be simplified away): then from the built body."""
+        body = self.expanded_body(node.name)
+        if buffers.isdisjoint(ir.load_buffers(body)):
+            return []
+        if ir.has_indirect(body):
+            return [(ld.buffer, ld.index) for ld in ir.loads(self._kernel_body(node, outer_vars, inner_vars))
+                    if ld.buffer in buffers]
+        substitution = self._substitution(self._kernel_mapping(node, outer_vars, inner_vars))
+        return [(ld.buffer, tuple(substitution.index(i) for i in ld.index)) for ld in ir.loads(body)
+                if ld.buffer in buffers]
 
     @staticmethod
     def _flat_compatible(shape: tuple[int, ...], outer: tuple[int, ...]) -> bool:
@@ -661,13 +679,18 @@ class _Scheduler:
         return body
 
     def _substituted_body(self, node: ir.LoopNode, outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> Expr:
-        body = self.expanded_body(node.name)
+        return self._substitute(self.expanded_body(node.name), self._kernel_mapping(node, outer_vars, inner_vars))
+
+    @staticmethod
+    def _kernel_mapping(node: ir.LoopNode, outer_vars: tuple[Var, ...],
+                        inner_vars: tuple[Var, ...]) -> dict[Var, Index]:
+        """The node's loop vars in a kernel's vars."""
         if isinstance(node, ir.Reduction):
             mapping = dict(zip(node.vars, _map_shape(node.shape, outer_vars, ())))
             mapping.update(zip(node.reduction_vars, _map_shape(node.reduction_shape, inner_vars, ())))
         else:
             mapping = dict(zip(node.vars, _map_shape(node.shape, outer_vars, inner_vars)))
-        return self._substitute(body, mapping)
+        return mapping
 
     # ------------------------------------------------------------ registers vs buffers
     def _local_reductions(self, groups: list, where: dict[str, int]) -> set[str]:
