@@ -317,46 +317,82 @@ def fold_known_comparisons(expr: Expr) -> Expr:
 
 @dataclasses.dataclass
 class ColumnSum:
-    """A column-sum kernel folded into the pointwise kernel before it (``fuse_column_sums``)."""
+    """A column-sum kernel folded into a pointwise kernel (``fuse_column_sums``)."""
 
     reduction: KernelReduction      # a float32 sum of ``buffer``, as the sum kernel had it
-    buffer: str                     # what it adds up: a buffer the pointwise kernel stores
+    buffer: str                     # what it adds up: a buffer the pointwise kernel stores or reads
+    value: Expr                     # that buffer's element in the pointwise kernel's vars (stored or loaded)
     column: ir.Var                  # the sum kernel's column var: ``finish`` is over it
     finish: list[LoopStep]          # the sum kernel's stores of its results (Loads of the reduction)
 
 
 def fuse_column_sums(sched: Schedule) -> dict[str, list[ColumnSum]]:
-    """Fold each column-sum kernel that adds up what the pointwise kernel right before it stores
-    into that kernel: it adds each value it stores to its thread's partial sums as well, and
-    the threads' partials are combined in thread order at its end (``emit_outer_with_column_sums``).
-    The bias gradients of a Linear layer re-read the whole output gradient otherwise (the 12 MB
-    q/k/v gradient of benchmarks/train_cpu.py's nanoGPT block: 1.9 ms on 2 threads).  Returns
-    pointwise kernel name -> its column sums; the sum kernels leave ``sched.steps``."""
+    """Fold each column-sum kernel into a pointwise kernel that stores or reads, element for
+    element, what it adds up: the pointwise kernel adds each such value to its thread's partial
+    sums as well, and the threads' partials are combined in thread order at its end
+    (``emit_outer_with_column_sums``).  The kernel right before the sum is taken when it fits;
+    else any pointwise kernel that reads the summed buffer, when the sums are outputs of their own
+    storage that no step between the two reads.  The bias gradients of a Linear layer re-read
+    the whole output gradient otherwise (the 12 MB q/k/v gradient of benchmarks/train_cpu.py's
+    nanoGPT block: 1.9 ms on 2 threads), and each kernel is one more fork and join of the
+    threads (on a loaded 2-core host a join waits for a descheduled thread).  Returns pointwise
+    kernel name -> its column sums; the sum kernels leave ``sched.steps``."""
     fused: dict[str, list[ColumnSum]] = {}
     steps = sched.steps
     position = 0
-    while position + 1 < len(steps):
-        producer, summer = steps[position], steps[position + 1]
-        sums = None
-        if isinstance(producer, FusedKernel) and isinstance(summer, FusedKernel):
-            sums = _column_sums_of(producer, summer, sched.buffers)
-        if sums is None:
+    while position < len(steps):
+        summer = steps[position]
+        if not isinstance(summer, FusedKernel) or not is_column_reduction(summer, sched.buffers):
             position += 1
             continue
+        found = None
+        if position > 0 and isinstance(steps[position - 1], FusedKernel):
+            sums = _column_sums_of(steps[position - 1], summer, sched.buffers)
+            found = (steps[position - 1], sums) if sums is not None else None
+        if found is None and _movable(summer, sched):
+            for other, step in enumerate(steps):
+                if isinstance(step, FusedKernel) and step is not summer and not _read_between(
+                        summer, steps[min(other, position) + 1:max(other, position)]):
+                    sums = _column_sums_of(step, summer, sched.buffers)
+                    if sums is not None:
+                        found = (step, sums)
+                        break
+        if found is None:
+            position += 1
+            continue
+        producer, sums = found
         fused.setdefault(producer.name, []).extend(sums)
         producer.writes = producer.writes + [name for name in summer.writes if name not in producer.writes]
         producer.fused_ops = producer.fused_ops + summer.fused_ops
         producer.bytes_accessed += summer.bytes_accessed
         producer.flops += summer.flops
-        del steps[position + 1]
+        del steps[position]
     return fused
+
+
+def _movable(summer: FusedKernel, sched: Schedule) -> bool:
+    """May the sum kernel's work move to another step: are its results in storage of their own
+    (not a dead buffer's, which may still be live at the other step)?  (A later buffer reuses
+    them only after their last reader, which ``_read_between`` keeps after the other step.)"""
+    return all(sched.buffers[name].allocation in ("", name) and sched.buffers[name].kind in ("output", "intermediate")
+               for name in summer.writes)
+
+
+def _read_between(summer: FusedKernel, between: list) -> bool:
+    """Does any of the steps ``between`` read what the sum kernel writes?"""
+    written = set(summer.writes)
+    for step in between:
+        reads = step.reads if isinstance(step, FusedKernel) else step.node.reads()
+        if written & set(reads):
+            return True
+    return False
 
 
 def _column_sums_of(producer: FusedKernel, summer: FusedKernel,
                     buffers: dict[str, BufferPlan]) -> list[ColumnSum] | None:
     """The ColumnSums when ``summer`` only sums, over its rows, buffers that ``producer`` (a
-    pointwise kernel over [rows..., columns], static sizes) stores once each, element for
-    element, and stores the sums; else None."""
+    pointwise kernel over [rows..., columns], static sizes) stores once each or reads, element
+    for element, and stores the sums; else None."""
     if producer.inner_vars or len(producer.outer_vars) < 2 or len(summer.outer_vars) != 1 or \
             checks_indices(producer) or not is_column_reduction(summer, buffers):
         return None
@@ -377,13 +413,22 @@ def _column_sums_of(producer: FusedKernel, summer: FusedKernel,
     for red in first.reductions:
         body = red.body
         if red.reduction_type != "sum" or red.dtype != torch.float32 or not isinstance(body, Load) or \
-                body.dtype != torch.float32 or len(stores.get(body.buffer, [])) != 1:
+                body.dtype != torch.float32 or buffers[body.buffer].dtype != torch.float32:
             return None
-        store, plan = stores[body.buffer][0], buffers[body.buffer]
-        if plan.dtype != torch.float32 or store.body.dtype != torch.float32 or \
-                flat_address(plan, tuple(i.substitute(mapping) for i in body.index)) != flat_address(plan, store.index):
+        plan = buffers[body.buffer]
+        wanted = flat_address(plan, tuple(i.substitute(mapping) for i in body.index))
+        value = None
+        if body.buffer in stores:
+            (store, *others) = stores[body.buffer]
+            if not others and store.body.dtype == torch.float32 and flat_address(plan, store.index) == wanted:
+                value = store.body
+        elif body.buffer in producer.reads:
+            value = next((load for store in stores.values() for one in store for load in ir.loads(one.body)
+                          if load.buffer == body.buffer and load.dtype == torch.float32 and
+                          flat_address(plan, load.index) == wanted), None)
+        if value is None:
             return None
-        sums.append(ColumnSum(red, body.buffer, column, finish))
+        sums.append(ColumnSum(red, body.buffer, value, column, finish))
     if set(summer.reads) != {s.buffer for s in sums}:
         return None
     names = {red.name for red in first.reductions}
@@ -566,17 +611,18 @@ class KernelPrinter:
         self.close_loops(nest, depth)
 
     def emit_pointwise_innermost(self, var: ir.Var, steps: list[LoopStep], depth: int, parallel: bool,
-                                 column: Index | None = None) -> None:
+                                 mapping: dict[ir.Var, Index] | None = None) -> None:
         """The innermost loop of a pointwise kernel over ``var``, storing ``steps``' values: the
-        vector types' form where it fits (VECTOR_TYPES), else an ``omp simd`` loop.  ``column``:
-        where the kernel's column sums add the stored values (the kernel's last var, in ``var``)."""
+        vector types' form where it fits (VECTOR_TYPES), else an ``omp simd`` loop.  ``mapping``:
+        the kernel's last var in ``var`` (a range of it, ``segment_steps``), for its column sums."""
         stores = [st for step in steps for st in step.stores]
-        choice = self.vector_choice(var, [], stores)
+        sums = self.column_sum_values(mapping)
+        choice = self.vector_choice(var, [value for value, _ in sums], stores)
 
         def body(inner_depth: int) -> None:
             for step in steps:
                 self.emit_stores(step, inner_depth)
-            self.emit_column_sum_updates(stores, column, inner_depth)
+            self.emit_column_sum_updates(sums, inner_depth)
         if choice:
             self.emit_vector_choice(choice, True)
             self.scopes.append({})
@@ -594,19 +640,25 @@ class KernelPrinter:
         if choice:
             self.emit_vector_choice(choice, None)
 
-    def emit_column_sum_updates(self, stores: list[KernelStore], column: Index | None, depth: int) -> None:
-        """Each column sum adds the value just stored to its thread's partial sum of the column."""
-        for column_sum in self.column_sums:
-            for store in stores:
-                if store.buffer != column_sum.buffer:
-                    continue
-                partial = f"{column_sum.reduction.name}_part"
-                if self.vector is not None:
-                    pointer = f"{partial} + ({self.index(column)})"
-                    total = f"({self.vector_access(torch.float32, pointer)} + {self.vector_value(store.body, depth)})"
-                    self.emit(depth, self.vector_access(torch.float32, pointer, total))
-                else:
-                    self.emit(depth, f"{partial}[{self.index(column)}] += {self.lookup(store.body)};")
+    def column_sum_values(self, mapping: dict[ir.Var, Index] | None) -> list[tuple[Expr, Index]]:
+        """(value, column index) of each column sum in the innermost loop (``mapping``: its var's range)."""
+        if not self.column_sums:
+            return []
+        last = self.kernel.outer_vars[-1]
+        mapping = mapping or {last: ir.index(last)}
+        return [(fold_known_comparisons(ir.substitute(column_sum.value, mapping)), ir.index(last).substitute(mapping))
+                for column_sum in self.column_sums]
+
+    def emit_column_sum_updates(self, sums: list[tuple[Expr, Index]], depth: int) -> None:
+        """Each column sum adds its value to its thread's partial sum of the column."""
+        for column_sum, (value, column) in zip(self.column_sums, sums):
+            partial = f"{column_sum.reduction.name}_part"
+            if self.vector is not None:
+                pointer = f"{partial} + ({self.index(column)})"
+                total = f"({self.vector_access(torch.float32, pointer)} + {self.vector_value(value, depth)})"
+                self.emit(depth, self.vector_access(torch.float32, pointer, total))
+            else:
+                self.emit(depth, f"{partial}[{self.index(column)}] += {self.expr(value, depth)};")
 
     def emit_outer_with_column_sums(self, parallel: bool) -> None:
         """A pointwise kernel with column sums folded in (``fuse_column_sums``): each thread adds
@@ -618,7 +670,7 @@ class KernelPrinter:
         *nest, last = k.outer_vars
         columns, count = last.size, len(self.column_sums)
         depth = 1
-        self.emit(depth, f"// {count} column sum(s) of what this kernel stores: partial sums per thread, "
+        self.emit(depth, f"// {count} column sum(s) of what this kernel stores or reads: partial sums per thread, "
                          "then added up in thread order")
         self.emit(depth, "const int ember_max_threads = omp_get_max_threads();")
         self.emit(depth, f"float* __restrict__ ember_partials = static_cast<float*>(__builtin_malloc("
@@ -643,10 +695,10 @@ class KernelPrinter:
             for start, stop in segments:
                 var, steps = segment_steps(k.steps, last, start, stop)
                 self.emit(depth, f"{{  // {last.name} in [{start}, {stop})")
-                self.emit_pointwise_innermost(var, steps, depth + 1, False, ir.index(var) + start)
+                self.emit_pointwise_innermost(var, steps, depth + 1, False, {last: ir.index(var) + start})
                 self.emit(depth, "}")
         else:
-            self.emit_pointwise_innermost(last, k.steps, depth, False, ir.index(last))
+            self.emit_pointwise_innermost(last, k.steps, depth, False)
         depth = self.close_loops(nest, depth)
         groups: dict[int, list[tuple[int, ColumnSum]]] = {}     # the sums of one folded kernel: one loop
         for slot, column_sum in enumerate(self.column_sums):

@@ -5,7 +5,8 @@
   (attention's q/k/v gradients assembled into one [B, T, 3C] buffer) becomes one contiguous copy
   per part instead of a gather that reads every part at every column;
 * a column sum (a Linear's bias gradient) folded into the pointwise kernel before it that stores
-  what it adds up (``fuse_column_sums``): per-thread partial sums, combined in thread order.
+  what it adds up, or into one that reads it (``fuse_column_sums``): per-thread partial sums,
+  combined in thread order.
 
 Each test compares with eager and asserts that the form was generated."""
 from __future__ import annotations
@@ -18,7 +19,7 @@ import ember
 from ember.codegen import cpp
 
 SPLIT = "ranges, on each of which every comparison"
-FUSED = "column sum(s) of what this kernel stores"
+FUSED = "column sum(s) of what this kernel stores or reads"
 
 
 @pytest.fixture
@@ -151,3 +152,25 @@ def test_fused_and_separate_sums_agree(sources, monkeypatch):
     ember.reset()
     train_and_compare(MLP, (2, 32, 128))
     assert not kernels_with(sources[-1], FUSED)
+
+
+class ResidualMLP(torch.nn.Module):
+    """The second half of a nanoGPT block: the output gradient's column sum (the projection's bias
+    gradient) folds into the layer norm backward's last kernel, which reads it for the residual."""
+
+    def __init__(self, dim: int = 128) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(dim)
+        self.mlp = MLP(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.ln(x))
+
+
+def test_sum_of_an_input_folded_into_a_later_reader(sources):
+    train_and_compare(ResidualMLP, (4, 64, 128))
+    backward = sources[-1]
+    readers = [kernel for kernel in kernels_with(backward, FUSED) if "in_tangent" in kernel.split(")")[0]]
+    assert readers, backward
+    assert not any(kernel.count("prims.sum") == 1 and "1 fused ops" in kernel for kernel in backward.split("// kernel")), \
+        backward
