@@ -21,10 +21,11 @@ In: a Schedule about to be compiled for the CPU.  Out: the same Schedule, where
   long for causal attention as for full attention at these lengths (B8 H8 T256 D64: 22.6 ms
   either way, 17.6 ms in blocks; T512: 43.2 against 31.8 ms; from 768 tokens on it splits its
   work itself and blocks gain nothing);
-* a training graph's causal CPU flash attention of 128, 256 or 512 tokens (float32): its forward in
-  query blocks as above (keeping the log-sum-exp), its backward as the causal square's diagonal
-  blocks plus the squares below them, each size one batched call (``causal_flash_backward_by_halves``):
-  B8 H8 T256 D64 on 2 threads, forward 21.9 -> 17.4 ms, backward 50.2 -> 42.4 ms;
+* a training graph's causal CPU flash attention of the lengths in CAUSAL_TRAINING_LENGTHS (none by
+  default, see there; float32): its forward in query blocks as above (keeping the log-sum-exp), its
+  backward as the causal square's diagonal blocks plus the squares below them, each size one
+  batched call (``causal_flash_backward_by_halves``): B8 H8 T256 D64 on 2 quiet threads, forward
+  21.9 -> 17.4 ms, backward 50.2 -> 42.4 ms;
 * the function of each large bf16/fp16 matrix product (linear, mm, addmm, bmm, baddbmm, matmul)
   is replaced by one that converts its operands to float32, calls the same torch function, and
   rounds the result to the operands' dtype once.
@@ -294,8 +295,12 @@ CPU_FLASH_FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.d
 CPU_FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 # causal training attention of these lengths (a power-of-two count of CAUSAL_QUERY_BLOCKs: the
 # backward's halving needs it) runs in blocks (``causal_flash_forward_by_query_blocks``,
-# ``causal_flash_backward_by_halves``); an empty range turns it off
-CAUSAL_TRAINING_LENGTHS = (128, 256, 512)
+# ``causal_flash_backward_by_halves``).  Off (empty) by default: on a quiet 2-core host the nanoGPT
+# block's training step gained 1.5% with (128, 256, 512) (eager/ember 1.027 against 1.012, paired
+# A/B in one process), but with other processes on its cores it lost 5-8% (0.92-0.98 against
+# 1.02-1.05, five paired runs): its 4 + 3 calls and 10 copies and adds are so many more forks and
+# joins of the threads, each waiting for a descheduled one
+CAUSAL_TRAINING_LENGTHS: tuple[int, ...] = ()
 
 
 def split_causal_attention(sched: Schedule) -> None:

@@ -17,6 +17,9 @@ BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.d
 
 @pytest.fixture
 def schedules(monkeypatch) -> list:
+    """The Schedule of every CPU compile, with the blocked forms on for 128-512 tokens (off by
+    default: cpp_externs.CAUSAL_TRAINING_LENGTHS)."""
+    monkeypatch.setattr(cpp_externs, "CAUSAL_TRAINING_LENGTHS", (128, 256, 512))
     seen = []
     apply = cpp_externs.apply_matmul_policy
 
@@ -109,3 +112,13 @@ def test_training_step(schedules, length, blocked):
     names = [name for sched in schedules for name in extern_names(sched)]
     split = {"causal_flash_forward_by_query_blocks", "causal_flash_backward_by_halves"}
     assert (split <= set(names)) == blocked and (not blocked) == (not split & set(names)), names
+
+
+def test_off_by_default(monkeypatch):
+    seen = []
+    apply = cpp_externs.apply_matmul_policy
+    monkeypatch.setattr(cpp, "apply_matmul_policy", lambda sched: (apply(sched), seen.append(sched)))
+    model, x = Attention(), torch.randn(2, 128, 64, requires_grad=True)
+    ember.compile(model)(x).sum().backward()
+    names = {name for sched in seen for name in extern_names(sched)}
+    assert not names & {"causal_flash_forward_by_query_blocks", "causal_flash_backward_by_halves"}, names
