@@ -399,7 +399,9 @@ def _column_sums_of(producer: FusedKernel, summer: FusedKernel,
     *nest, last = producer.outer_vars
     (column,) = summer.outer_vars
     sizes = [v.size for v in (*producer.outer_vars, *summer.inner_vars, column)]
-    if any(is_symbolic(size) for size in sizes) or [v.size for v in summer.inner_vars] != [v.size for v in nest] \
+    # (no rows: the pointwise kernel is skipped, and the sums must still come out zero)
+    if any(is_symbolic(size) or size == 0 for size in sizes) or \
+            [v.size for v in summer.inner_vars] != [v.size for v in nest] \
             or column.size != last.size:
         return None
     mapping = {row: ir.index(var) for row, var in zip(summer.inner_vars, nest)}
