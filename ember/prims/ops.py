@@ -107,8 +107,9 @@ def elementwise(prim: P.Prim, *operands: Any, promotion: Promotion = Promotion.D
     compute, result = elementwise_dtypes([_operand_tier(v) for v in operands], promotion)
     if compute in LOW_PRECISION and len(operands) == 2:
         compute, operands = _cpu_scalar_precision(prim, compute, operands)
-    operands = broadcast(*operands)
-    out = emit(prim, *(cast(v, compute) for v in operands))
+    # cast, then broadcast: the gradient of a broadcast operand is then summed in the compute
+    # dtype and cast after, as eager's autograd does (sum_to_size, then the input's dtype)
+    out = emit(prim, *broadcast(*(cast(v, compute) for v in operands)))
     return cast(out, result)
 
 
@@ -197,8 +198,7 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     cond = cast(cond, torch.bool)
     if not is_tensor(a) and not is_tensor(b):
         a = full((), a, dtype, cond.device)
-    cond, a, b = broadcast(cond, a, b)
-    return emit(P.where, cond, cast(a, dtype), cast(b, dtype))
+    return emit(P.where, *broadcast(cond, cast(a, dtype), cast(b, dtype)))
 
 
 def stop_gradient(x: Value) -> Value:

@@ -74,7 +74,7 @@ def std(x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = False, 
         correction: Any = None) -> Value:
     # eager takes the sqrt of the fp32 variance and rounds once (not the rounded bf16 variance)
     variance = var(ops.upcast(x), dim, unbiased, keepdim, correction=correction)
-    return ops.cast(ops.sqrt(variance), x.dtype)
+    return ops.cast(_zero_gradient_at_zero(variance, ops.sqrt), x.dtype)
 
 
 @register(torch.var_mean)
@@ -87,7 +87,18 @@ def var_mean(x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = Fa
 def std_mean(x: Value, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
              correction: Any = None) -> tuple[Value, Value]:
     variance, average = _var_mean(ops.upcast(x), dim, unbiased, keepdim, correction)
-    return ops.cast(ops.sqrt(variance), x.dtype), ops.cast(average, x.dtype)
+    return ops.cast(_zero_gradient_at_zero(variance, ops.sqrt), x.dtype), ops.cast(average, x.dtype)
+
+
+def _zero_gradient_at_zero(value: Value, fn: Any) -> Value:
+    """``fn(value)`` (where fn(0) is 0: a root, a power below 1), whose gradient is 0 where the
+    value is 0, as eager's std and norm backward give: they mask the zeros that the chain rule
+    through the root would make inf * 0 = NaN (a constant row, an all-zero vector: F.normalize
+    of padding).  Only when differentiated: the forward is the same either way."""
+    if not differentiated():
+        return fn(value)
+    zero = ops.eq(value, 0)
+    return ops.where(zero, 0, fn(ops.where(zero, 1, value)))
 
 
 @register(torch.amax, T.amax)
@@ -203,7 +214,7 @@ def vector_norm(x: Value, ord: Any = 2, dim: Any = None, keepdim: bool = False, 
     x = ops.upcast(x)
     magnitude = ops.abs(x)
     if ord == 2:
-        result = ops.sqrt(ops.sum(x * x, dim, keepdim))
+        result = _zero_gradient_at_zero(ops.sum(x * x, dim, keepdim), ops.sqrt)
     elif ord == 1:
         result = ops.sum(magnitude, dim, keepdim)
     elif ord == math.inf:
@@ -212,6 +223,9 @@ def vector_norm(x: Value, ord: Any = 2, dim: Any = None, keepdim: bool = False, 
         result = ops.amin(magnitude, dim, keepdim)
     elif ord == 0:
         result = ops.sum(ops.cast(ops.ne(x, 0), x.dtype), dim, keepdim)
+    elif ord > 0:
+        powers = _zero_gradient_at_zero(magnitude, lambda m: ops.pow(m, ord)) if ord < 1 else ops.pow(magnitude, ord)
+        result = _zero_gradient_at_zero(ops.sum(powers, dim, keepdim), lambda total: ops.pow(total, 1.0 / ord))
     else:
         result = ops.pow(ops.sum(ops.pow(magnitude, ord), dim, keepdim), 1.0 / ord)
     return ops.cast(result, out_dtype)
