@@ -2,8 +2,9 @@
 tensors) with every float32 input requiring grad, compiled with dynamic=True (size symbols in the
 forward and the backward), over two calls with different input values.  Outputs and the gradients
 of a weighted sum of the outputs that require grad are compared with eager's.  A program eager
-cannot differentiate (floor_divide) is skipped.  Seeds 0..119 found a max(dim) gradient on ties
-that went to every tied element and symbolic sizes in a view returned from a training graph."""
+cannot differentiate (floor_divide) or call (clamp with a tensor and a number) is skipped.  Seeds
+0..119 found a max(dim) gradient on ties that went to every tied element and symbolic sizes in a
+view returned from a training graph."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,10 @@ from ember.api import CompileFallbackWarning
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from program_generator import generate
 
-SEEDS = range(120)
+# and seeds from a run over 120..3999 (benchmarks/results/2026-11-24-s17-training-fuzz.txt): 433 and 696
+# (std of a constant: NaN gradient), 510 and 1059 (an f32 0-d operand of a bf16 where: its gradient
+# summed at fp32, eager's rounded to bf16 first)
+SEEDS = [*range(120), 433, 510, 696, 1059]
 
 
 def _leaves(inputs: list) -> list:
@@ -44,7 +48,10 @@ def test_random_program_gradients_with_symbolic_sizes(seed):
     for call in range(2):
         raw = program.make_inputs(seed * 10 + call)
         eager_inputs, compiled_inputs = _leaves(raw), _leaves(raw)
-        expected = eager(*eager_inputs)
+        try:
+            expected = eager(*eager_inputs)
+        except TypeError as error:          # a call eager rejects (clamp with a tensor and a number)
+            pytest.skip(str(error))
         if not any(isinstance(o, torch.Tensor) and o.requires_grad for o in expected):
             pytest.skip("no output requires grad")
         try:
