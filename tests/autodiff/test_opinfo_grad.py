@@ -38,6 +38,9 @@ from opinfo_batch import _call, _placeholder_maker, _tensors_of, op_id  # noqa: 
 from ember.graph import Graph, TensorMeta  # noqa: E402
 
 SAMPLES_PER_OP = 2
+# EMBER_OPINFO_GRAD_SAMPLES=start:stop checks the usable samples start..stop-1 of each op instead
+# (longer local runs over the samples CI does not reach, e.g. 2:12)
+SAMPLE_WINDOW = tuple(int(n) for n in os.environ.get("EMBER_OPINFO_GRAD_SAMPLES", f"0:{SAMPLES_PER_OP}").split(":"))
 OPS_PER_BATCH = 16
 RTOL, ATOL = 1e-4, 1e-5
 SUMMARY_PATH = os.environ.get("EMBER_OPINFO_GRAD_SUMMARY", "/tmp/ember_opinfo_grad_summary.json")
@@ -136,12 +139,14 @@ def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def collect_op_cases(info: Any) -> tuple[list[GradCase], str | None]:
-    """The first SAMPLES_PER_OP usable samples of `info`, or ([], why none)."""
+    """The usable samples SAMPLE_WINDOW of `info` (the first SAMPLES_PER_OP), or ([], why none)."""
     cases: list[GradCase] = []
     why = "no sample eager accepts"
     torch.manual_seed(0)
+    start, stop = SAMPLE_WINDOW
+    usable = 0
     for sample in info.sample_inputs("cpu", torch.float32, requires_grad=True):
-        if len(cases) == SAMPLES_PER_OP:
+        if usable == stop:
             break
         tensors = _tensors_of(sample)
         if not any(t.requires_grad for t in tensors) or any(t.layout != torch.strided for t in tensors):
@@ -155,10 +160,13 @@ def collect_op_cases(info: Any) -> tuple[list[GradCase], str | None]:
                 return [], why
             continue
         try:
-            cases.append(GradCase(info, len(cases), sample, tensors))
+            case = GradCase(info, len(cases), sample, tensors)
         except Exception as exc:  # noqa: BLE001 - eager's backward rejects the sample
             why = f"eager backward raises {type(exc).__name__}"
             continue
+        usable += 1
+        if usable > start:
+            cases.append(case)
     return cases, (None if cases else why)
 
 
