@@ -336,6 +336,7 @@ def _compile_workers() -> Any:
 def start_compile_workers() -> None:
     """Start the workers in the background when a large CUDA graph starts compiling, so that they
     are up by the time its kernels are generated (its capture and lowering take seconds)."""
+    _warm_triton_key_in_background()
     try:
         pool = _compile_workers()
         if pool is not None:
@@ -346,7 +347,36 @@ def start_compile_workers() -> None:
 
 
 def _worker_ready() -> None:
-    return None
+    _warm_triton_key()
+
+
+_key_warming: threading.Thread | None = None
+
+
+def _warm_triton_key_in_background() -> None:
+    """Triton's cache key hashes its ~500 MB libtriton.so once per process (``triton_key``,
+    lru_cached; 1.3-1.6 s) at the first ``triton.compile``: hashed in a thread while the graph is
+    lowered instead.  ``import triton`` here first, so that the thread imports nothing (every
+    package its walk imports comes with triton): no import runs concurrently with the main
+    thread's.  File reads and sha256 release the GIL; the key is the same whoever computes it."""
+    global _key_warming
+    with _lock:
+        if _key_warming is not None:
+            return
+        try:
+            import triton  # noqa: F401
+        except Exception:  # noqa: BLE001 - an optimization only
+            return
+        _key_warming = threading.Thread(target=_warm_triton_key, name="ember-triton-key", daemon=True)
+        _key_warming.start()
+
+
+def _warm_triton_key() -> None:
+    try:
+        from triton.runtime.cache import triton_key
+        triton_key()
+    except Exception:  # noqa: BLE001 - an optimization only: the first compile computes it
+        pass
 
 
 def _precompile_in_processes(source: str, kernels: list, target: Any = None) -> None:

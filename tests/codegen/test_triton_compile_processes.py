@@ -88,3 +88,19 @@ def test_a_kernel_the_compiler_rejects_with_alignment_hints_is_built_without_the
             raise
         pytest.skip("this Triton cannot compile for sm_90 without a GPU")
     assert len(calls) == 2 and calls[0] and not calls[1]
+
+
+def test_tritons_cache_key_is_hashed_in_the_background(monkeypatch):
+    """Triton hashes its ~500 MB libtriton.so for the key of every compile (once per process):
+    start_compile_workers has a thread do it while the graph is lowered."""
+    from triton.runtime.cache import triton_key
+    monkeypatch.setattr(config, "compile_processes", 0)
+    monkeypatch.setattr(triton_build, "_key_warming", None)
+    triton_key.cache_clear()
+    triton_build.start_compile_workers()
+    thread = triton_build._key_warming
+    assert thread is not None and thread.daemon
+    triton_build.start_compile_workers()            # one thread per process
+    assert triton_build._key_warming is thread
+    thread.join(60)
+    assert triton_key.cache_info().currsize == 1    # the first compile finds it
