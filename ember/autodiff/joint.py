@@ -84,8 +84,15 @@ def _eager_requires_grad(graph: Graph) -> dict[int, bool]:
     torch_graph = graph.extra.get("_torch_graph")
     if torch_graph is None:
         return {}
-    return {i: value.meta.requires_grad for i, value in enumerate(torch_graph.outputs)
-            if isinstance(value, Node) and isinstance(value.meta, TensorMeta)}
+    requires = {i: value.meta.requires_grad for i, value in enumerate(torch_graph.outputs)
+                if isinstance(value, Node) and isinstance(value.meta, TensorMeta)}
+    # an output returned as a view of another (x.sign().split(2)[-1]): when that base is an extra
+    # output of the prim graph, it requires grad as its views do (the views are made of it)
+    view_requires: dict[int, bool] = {}
+    for index, source in graph.extra.get("output_sources", {}).items():
+        if source[0] == "view" and index in requires and source[1] not in requires:
+            view_requires[source[1]] = view_requires.get(source[1], False) or requires[index]
+    return {**requires, **view_requires}
 
 
 def build_joint(prim_graph: Graph) -> Joint:
