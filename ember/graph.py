@@ -166,9 +166,9 @@ class Node:
     def inputs(self) -> list["Node"]:
         """Nodes this node reads, in argument order, without duplicates."""
         seen: dict[Node, None] = {}
-        for value in tree_leaves((self.args, self.kwargs)):
-            if isinstance(value, Node):
-                seen[value] = None
+        _collect_nodes(self.args, seen)
+        if self.kwargs:
+            _collect_nodes(self.kwargs, seen)
         return list(seen)
 
     def replace_input(self, old: "Node", new: "Node") -> None:
@@ -469,14 +469,26 @@ _CONTAINERS = (tuple, list, dict, slice)
 def _collect(value: Any, out: list[Any]) -> None:
     if not isinstance(value, _CONTAINERS):    # most values are leaves: one check for them
         out.append(value)
-    elif isinstance(value, (tuple, list)):
-        for v in value:
+    else:
+        for v in _children(value):
             _collect(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _collect(v, out)
-    else:                                     # a slice
-        _collect((value.start, value.stop, value.step), out)
+
+
+def _children(container: Any) -> Any:
+    if isinstance(container, dict):
+        return container.values()
+    if isinstance(container, slice):
+        return (container.start, container.stop, container.step)
+    return container
+
+
+def _collect_nodes(container: Any, seen: dict) -> None:
+    """Node.inputs, the most called function of autodiff: the Nodes alone, no list of leaves."""
+    for v in _children(container):
+        if isinstance(v, Node):
+            seen[v] = None
+        elif isinstance(v, _CONTAINERS):
+            _collect_nodes(v, seen)
 
 
 def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
