@@ -702,25 +702,32 @@ class KernelPrinter:
         else:
             self.emit_pointwise_innermost(last, k.steps, depth, False)
         depth = self.close_loops(nest, depth)
-        groups: dict[int, list[tuple[int, ColumnSum]]] = {}     # the sums of one folded kernel: one loop
+        groups: dict[int, list[tuple[int, ColumnSum]]] = {}     # the sums of one folded kernel
         for slot, column_sum in enumerate(self.column_sums):
             groups.setdefault(id(column_sum.finish), []).append((slot, column_sum))
+        # one loop finishes every folded kernel's sums, with no barrier of its own (the region's end
+        # is one): on a loaded host each barrier may wait for a descheduled thread
+        column = self.column_sums[0].column
+        self.emit(depth, "#pragma omp for schedule(static) nowait")
+        self.emit(depth, f"for (int64_t {column.name} = 0; {column.name} < {columns}; ++{column.name}) {{")
         for group in groups.values():
-            column = group[0][1].column
-            self.emit(depth, "#pragma omp for schedule(static)")
-            self.emit(depth, f"for (int64_t {column.name} = 0; {column.name} < {columns}; ++{column.name}) {{")
+            self.emit(depth + 1, "{")
+            own = group[0][1].column.name
+            if own != column.name:
+                self.emit(depth + 2, f"const int64_t {own} = {column.name};")
             self.scopes.append({})
             for slot, column_sum in group:
                 red = column_sum.reduction
-                self.emit(depth + 1, f"float {red.name}_acc = 0.0f;")
-                self.emit(depth + 1, f"for (int ember_t = 0; ember_t < ember_team; ++ember_t) {red.name}_acc += "
+                self.emit(depth + 2, f"float {red.name}_acc = 0.0f;")
+                self.emit(depth + 2, f"for (int ember_t = 0; ember_t < ember_team; ++ember_t) {red.name}_acc += "
                                      f"ember_partials[(static_cast<int64_t>(ember_t) * {count} + {slot}) * {columns}"
                                      f" + {column.name}];")
-                self.finish_accumulator(red, f"{red.name}_acc", depth + 1)
+                self.finish_accumulator(red, f"{red.name}_acc", depth + 2)
             for step in group[0][1].finish:
-                self.emit_stores(step, depth + 1)
+                self.emit_stores(step, depth + 2)
             self.scopes.pop()
-            self.emit(depth, "}")
+            self.emit(depth + 1, "}")
+        self.emit(depth, "}")
         depth -= 1
         self.emit(depth, "}")
         self.emit(depth, "__builtin_free(ember_partials);")
