@@ -17,7 +17,8 @@ column-tiled instead: see ``is_column_reduction`` and ``KernelPrinter.emit_colum
 A kernel with several passes over each row carries values between them in per-thread row arrays
 (codegen/cpp_rows.py).  A pointwise kernel's innermost loop runs as several ranges where comparisons
 or wrap-arounds of its var change along it (a concatenation: ``KernelPrinter.innermost_segments``),
-and a column sum of what a pointwise kernel stores is folded into it (``fuse_column_sums``).
+and a column sum of what a pointwise kernel stores, or a row kernel's pass computes, is folded into
+it (``fuse_column_sums``).
 """
 from __future__ import annotations
 
@@ -317,26 +318,29 @@ def fold_known_comparisons(expr: Expr) -> Expr:
 
 @dataclasses.dataclass
 class ColumnSum:
-    """A column-sum kernel folded into a pointwise kernel (``fuse_column_sums``)."""
+    """A column-sum kernel folded into a pointwise or row kernel (``fuse_column_sums``)."""
 
-    reduction: KernelReduction      # a float32 sum of ``buffer``, as the sum kernel had it
-    buffer: str                     # what it adds up: a buffer the pointwise kernel stores or reads
-    value: Expr                     # that buffer's element in the pointwise kernel's vars (stored or loaded)
+    reduction: KernelReduction      # a float32 sum, as the sum kernel had it
+    value: Expr                     # the element in the kernel's vars (stored, loaded or computed in its pass)
     column: ir.Var                  # the sum kernel's column var: ``finish`` is over it
     finish: list[LoopStep]          # the sum kernel's stores of its results (Loads of the reduction)
+    step: int | None = None         # a row kernel's pass (index in its steps) that adds it up
 
 
 def fuse_column_sums(sched: Schedule) -> dict[str, list[ColumnSum]]:
     """Fold each column-sum kernel into a pointwise kernel that stores or reads, element for
-    element, what it adds up: the pointwise kernel adds each such value to its thread's partial
-    sums as well, and the threads' partials are combined in thread order at its end
+    element, what it adds up, or into a row kernel whose pass over the columns has every value
+    it adds up at hand (``_column_sums_of``): that kernel adds each such value to its thread's
+    partial sums as well, and the threads' partials are combined in thread order at its end
     (``emit_outer_with_column_sums``).  The kernel right before the sum is taken when it fits;
-    else any pointwise kernel that reads the summed buffer, when the sums are outputs of their own
+    else any kernel that reads the summed buffer, when the sums are outputs of their own
     storage that no step between the two reads.  The bias gradients of a Linear layer re-read
     the whole output gradient otherwise (the 12 MB q/k/v gradient of benchmarks/train_cpu.py's
-    nanoGPT block: 1.9 ms on 2 threads), and each kernel is one more fork and join of the
-    threads (on a loaded 2-core host a join waits for a descheduled thread).  Returns pointwise
-    kernel name -> its column sums; the sum kernels leave ``sched.steps``."""
+    nanoGPT block: 1.9 ms on 2 threads), a layer norm's weight and bias gradients the output
+    gradient and the normalized input (which the row kernel then stored for them alone), and
+    each kernel is one more fork and join of the threads (on a loaded 2-core host a join waits
+    for a descheduled thread).  Returns kernel name -> its column sums; the sum kernels leave
+    ``sched.steps``."""
     fused: dict[str, list[ColumnSum]] = {}
     steps = sched.steps
     position = 0
@@ -390,15 +394,28 @@ def _read_between(summer: FusedKernel, between: list) -> bool:
 
 def _column_sums_of(producer: FusedKernel, summer: FusedKernel,
                     buffers: dict[str, BufferPlan]) -> list[ColumnSum] | None:
-    """The ColumnSums when ``summer`` only sums, over its rows, buffers that ``producer`` (a
-    pointwise kernel over [rows..., columns], static sizes) stores once each or reads, element
-    for element, and stores the sums; else None."""
-    if producer.inner_vars or len(producer.outer_vars) < 2 or len(summer.outer_vars) != 1 or \
-            checks_indices(producer) or not is_column_reduction(summer, buffers):
+    """The ColumnSums when ``summer`` only sums, over its rows, values that ``producer`` has at
+    hand element for element, and stores the sums; else None.  ``producer``: a pointwise kernel
+    over [rows..., columns] that stores once each or reads the summed buffers, or a row kernel
+    over rows [rows...] with one pass over the columns that stores or reads, at its element,
+    every buffer the summed values load (a layer norm backward's row kernel, whose weight and
+    bias gradients are sums of what it reads and stores).  Static sizes."""
+    if len(summer.outer_vars) != 1 or checks_indices(producer) or not is_column_reduction(summer, buffers):
         return None
-    *nest, last = producer.outer_vars
+    rows_kernel = bool(producer.inner_vars)
+    if rows_kernel:
+        passes = [position for position, step in enumerate(producer.steps) if step.inner]
+        # (a Welford pass is printed in lanes of its own, which add up nothing else)
+        if len(producer.inner_vars) != 1 or not producer.outer_vars or not passes or any(
+                red.reduction_type.startswith("welford") for red in producer.steps[passes[-1]].reductions):
+            return None
+        nest, last = list(producer.outer_vars), producer.inner_vars[0]
+    else:
+        if len(producer.outer_vars) < 2:
+            return None
+        *nest, last = producer.outer_vars
     (column,) = summer.outer_vars
-    sizes = [v.size for v in (*producer.outer_vars, *summer.inner_vars, column)]
+    sizes = [v.size for v in (*producer.outer_vars, *producer.inner_vars, *summer.inner_vars, column)]
     # (no rows: the pointwise kernel is skipped, and the sums must still come out zero)
     if any(is_symbolic(size) or size == 0 for size in sizes) or \
             [v.size for v in summer.inner_vars] != [v.size for v in nest] \
@@ -407,31 +424,26 @@ def _column_sums_of(producer: FusedKernel, summer: FusedKernel,
     mapping = {row: ir.index(var) for row, var in zip(summer.inner_vars, nest)}
     mapping[column] = ir.index(last)
     first, *finish = summer.steps
+    steps = [producer.steps[passes[-1]]] if rows_kernel else producer.steps
     stores: dict[str, list[KernelStore]] = {}
-    for step in producer.steps:
+    for step in steps:
         for store in step.stores:
             stores.setdefault(store.buffer, []).append(store)
     sums = []
     for red in first.reductions:
-        body = red.body
-        if red.reduction_type != "sum" or red.dtype != torch.float32 or not isinstance(body, Load) or \
-                body.dtype != torch.float32 or buffers[body.buffer].dtype != torch.float32:
+        if red.reduction_type != "sum" or red.dtype != torch.float32 or red.body.dtype != torch.float32:
             return None
-        plan = buffers[body.buffer]
-        wanted = flat_address(plan, tuple(i.substitute(mapping) for i in body.index))
-        value = None
-        if body.buffer in stores:
-            (store, *others) = stores[body.buffer]
-            if not others and store.body.dtype == torch.float32 and flat_address(plan, store.index) == wanted:
-                value = store.body
-        elif body.buffer in producer.reads:
-            value = next((load for store in stores.values() for one in store for load in ir.loads(one.body)
-                          if load.buffer == body.buffer and load.dtype == torch.float32 and
-                          flat_address(plan, load.index) == wanted), None)
+        if rows_kernel:
+            value = _in_row_pass(red.body, mapping, stores, producer, buffers)
+        elif isinstance(red.body, Load):
+            value = _element_of(red.body, mapping, stores, producer, buffers)
+        else:
+            value = None
         if value is None:
             return None
-        sums.append(ColumnSum(red, body.buffer, value, column, finish))
-    if set(summer.reads) != {s.buffer for s in sums}:
+        sums.append(ColumnSum(red, value, column, finish, passes[-1] if rows_kernel else None))
+    summed = {load.buffer for red in first.reductions for load in ir.loads(red.body)}
+    if set(summer.reads) != summed:
         return None
     names = {red.name for red in first.reductions}
     for step in finish:
@@ -446,6 +458,55 @@ def _column_sums_of(producer: FusedKernel, summer: FusedKernel,
     if any((buffers[name].allocation or name) in touched for name in summer.writes):
         return None
     return sums
+
+
+def _element_of(load: Load, mapping: dict, stores: dict[str, list[KernelStore]], producer: FusedKernel,
+                buffers: dict[str, BufferPlan]) -> Expr | None:
+    """A float32 element that the summer loads (its vars in ``mapping``'s), as the producer has
+    it: the value it stores there (its one store of that buffer), or the same load where it
+    reads that element too; None if it has neither."""
+    plan = buffers[load.buffer]
+    if load.dtype != torch.float32 or plan.dtype != torch.float32:
+        return None
+    wanted = flat_address(plan, tuple(i.substitute(mapping) for i in load.index))
+    if load.buffer in stores:
+        (store, *others) = stores[load.buffer]
+        if not others and store.body.dtype == torch.float32 and flat_address(plan, store.index) == wanted:
+            return store.body
+        return None
+    if load.buffer in producer.reads:
+        return next((found for store in stores.values() for one in store for found in ir.loads(one.body)
+                     if found.buffer == load.buffer and found.dtype == torch.float32 and
+                     flat_address(plan, found.index) == wanted), None)
+    return None
+
+
+def _in_row_pass(body: Expr, mapping: dict, stores: dict[str, list[KernelStore]], producer: FusedKernel,
+                 buffers: dict[str, BufferPlan]) -> Expr | None:
+    """The summer's value ``body`` in a row kernel's pass: its vars mapped, each load of a buffer
+    that the pass stores replaced by the stored value, loads of what the kernel reads kept (at
+    any index: the kernel has the pointer); None where it loads anything else."""
+    if ir.has_indirect(body):
+        return None
+    replaced: dict[int, Expr] = {}
+    for load in ir.loads(body):
+        if load.buffer in stores:
+            value = _element_of(load, mapping, stores, producer, buffers)
+            if value is None:
+                return None
+            replaced[id(load)] = value
+        elif load.buffer not in producer.reads:
+            return None
+
+    def rebuild(node: Expr, args: tuple[Expr, ...]) -> Expr:
+        if id(node) in replaced:
+            return replaced[id(node)]
+        if isinstance(node, Load):
+            return Load(node.buffer, tuple(i.substitute(mapping) for i in node.index), node.dtype)
+        if isinstance(node, IndexValue):
+            return IndexValue(node.index.substitute(mapping), node.dtype)
+        return ir.replace_children(node, args)
+    return ir.map_expr(body, rebuild)
 
 
 def kernel_arguments(kernel: FusedKernel) -> list[str]:
@@ -589,6 +650,18 @@ class KernelPrinter:
             self.emit(depth, pragma)
             self.emit(depth, f"for (int64_t {last.name} = 0; {last.name} < {last.size}; ++{last.name}) {{")
             depth += 1
+        self.emit_row(depth, (parallel and not outer) or split)
+        if simd_last:
+            depth -= 1
+            self.emit(depth, "}")
+        if choice:
+            self.emit_vector_choice(choice, None)
+        self.close_loops(nest, depth)
+
+    def emit_row(self, depth: int, parallel_reduce: bool) -> None:
+        """One row's (one element's, for a pointwise kernel) steps: its row arrays, its passes
+        over the inner vars and its stores."""
+        k = self.kernel
         for slot, (name, dtype, comment) in enumerate(self.row_cache.arrays):
             ctype = compute_type(dtype)
             if is_symbolic(k.inner_numel):
@@ -600,17 +673,11 @@ class KernelPrinter:
         for position, step in enumerate(k.steps):
             if step.inner:
                 self.current_step = position
-                self.emit_inner_step(step, depth, (parallel and not outer) or split)
+                self.emit_inner_step(step, depth, parallel_reduce)
                 self.current_step = None
             else:
                 self.emit_stores(step, depth)
         self.scopes.pop()
-        if simd_last:
-            depth -= 1
-            self.emit(depth, "}")
-        if choice:
-            self.emit_vector_choice(choice, None)
-        self.close_loops(nest, depth)
 
     def emit_pointwise_innermost(self, var: ir.Var, steps: list[LoopStep], depth: int, parallel: bool,
                                  mapping: dict[ir.Var, Index] | None = None) -> None:
@@ -669,7 +736,7 @@ class KernelPrinter:
         and each adds the threads' partials in thread order: the same sums at every call for a
         given thread count."""
         k = self.kernel
-        *nest, last = k.outer_vars
+        nest, last = (list(k.outer_vars), k.inner_vars[0]) if k.inner_vars else (k.outer_vars[:-1], k.outer_vars[-1])
         columns, count = last.size, len(self.column_sums)
         depth = 1
         self.emit(depth, f"// {count} column sum(s) of what this kernel stores or reads: partial sums per thread, "
@@ -690,8 +757,10 @@ class KernelPrinter:
         collapse = f" collapse({len(nest)})" if len(nest) > 1 else ""
         self.emit(depth, f"#pragma omp for{collapse} schedule(static)")
         depth = self.open_loops(nest, depth)
-        segments = self.innermost_segments(last)
-        if segments:
+        segments = None if k.inner_vars else self.innermost_segments(last)
+        if k.inner_vars:
+            self.emit_row(depth, False)     # (the pass that adds them up: emit_scalar_pass)
+        elif segments:
             self.emit(depth, f"// {last.name} in {len(segments)} ranges, on each of which every comparison and "
                              f"wrap-around of {last.name} is known")
             for start, stop in segments:
@@ -791,7 +860,8 @@ class KernelPrinter:
         # reduction clauses split it over threads
         parallel_inner = parallel_reduce and (not step.stores or bool(k.outer_vars)) and \
             hint_of(k.inner_numel) >= PARALLEL_THRESHOLD
-        choice = None if parallel_inner else self.vector_pass_choice(step)
+        sums_here = any(column_sum.step == self.current_step for column_sum in self.column_sums)
+        choice = None if parallel_inner or sums_here else self.vector_pass_choice(step)
         self.emit_row_invariants(step, depth)      # once, before both forms of the loop
         if choice:
             self.emit_vector_choice(choice, True)
@@ -849,6 +919,9 @@ class KernelPrinter:
             self.emit_store(store.buffer, store.index, store.body, depth)
         for node, array in self.row_cache.stored_by.get(self.current_step, []):
             self.emit(depth, f"{array}[{self.row_position()}] = {self.lookup(node)};")
+        if any(column_sum.step == self.current_step for column_sum in self.column_sums):
+            column = ir.index(k.inner_vars[0])
+            self.emit_column_sum_updates([(column_sum.value, column) for column_sum in self.column_sums], depth)
         self.scopes.pop()
         depth = self.close_inner_loops(depth)
         for red, acc in accumulators:

@@ -174,3 +174,27 @@ def test_sum_of_an_input_folded_into_a_later_reader(sources):
     assert readers, backward
     assert not any(kernel.count("prims.sum") == 1 and "1 fused ops" in kernel for kernel in backward.split("// kernel")), \
         backward
+
+
+class Norm(torch.nn.Module):
+    def __init__(self, dim: int = 128) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(dim)
+        with torch.no_grad():      # not the initial ones and zeros: every gradient term counts
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x * 2) * 3
+
+
+@pytest.mark.parametrize("threads", [None, 1, 3])
+def test_norm_weight_and_bias_gradients_folded_into_the_row_kernel(sources, threads):
+    """A layer norm backward's weight and bias gradients (column sums of the output gradient and of
+    it times the normalized input) fold into the row kernel that reads the one and computes the
+    other: no column-tiled kernel of their own, and its stored normalized input is not stored."""
+    train_and_compare(Norm, (4, 64, 128), threads)
+    backward = sources[-1]
+    rows = [kernel for kernel in kernels_with(backward, FUSED) if "reduction(+:" in kernel]
+    assert rows and "_part[r0] +=" in rows[0], backward
+    assert "column-tiled reduction" not in backward, backward
