@@ -31,6 +31,7 @@ from ember.lower.split_reductions import split_reductions
 from ember.lower.scheduler import Schedule, schedule
 from ember.prims.functionalize import RunEagerly
 from ember.prims.primitives import is_prim
+from ember.runtime.gc_pause import full_collections_deferred
 from ember.symbolic import STORAGE_OFFSET, is_symbolic
 
 
@@ -85,6 +86,7 @@ def compile_graph(graph: Graph, example_inputs: list, options: CompileOptions | 
 WORKERS_MIN_NODES = 150
 
 
+@full_collections_deferred()
 def compile_from_specs(graph: Graph, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
     """The backend entry: from input metadata, never real values (so that a joint graph's halves
     compile alike).  Training graphs (grad mode on, an input requiring grad) go to autodiff."""
@@ -190,6 +192,7 @@ def _stage(name: str) -> Iterator[None]:
         raise CompileError(f"internal error: {type(exc).__name__}: {exc}", stage=name) from exc
 
 
+@full_collections_deferred()
 def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
     """Loop IR, fused kernels and the host program for a prim-level graph."""
     if enabled("prim_graph"):

@@ -33,6 +33,7 @@ from .. import config
 from ..debug.logs import CHANNELS, enabled, log
 from ..errors import CompileError, Unsupported
 from ..graph import Graph
+from ..runtime.gc_pause import full_collections_deferred
 from ..symbolic import STORAGE_OFFSET, size_access
 from . import breaks
 from .autocast import run_without_autocast
@@ -257,6 +258,7 @@ class CapturedFunction:
                 self._dynamic_dims[source] = wanted
         return dims
 
+    @full_collections_deferred()
     def _capture(self, L: dict, recompile_reason: str | None) -> tuple[CacheEntry | None, tuple]:
         """Capture and compile one entry (added to the cache); None: run this call eagerly."""
         dynamic_dims = self._dynamic_dims_for(L)
