@@ -138,24 +138,26 @@ def _meta_tensor(value: V.TensorValue) -> torch.Tensor:
     return tensor
 
 
-def _meta_args(value: Any, inputs: list[V.TensorValue]) -> Any:
+def _meta_args(value: Any, inputs: list[V.TensorValue], tensors: bool = True) -> Any:
+    """The argument for the meta run; its tensor arguments appended to ``inputs``.  ``tensors``
+    False: no meta tensors made (None in their place), the cached result is used."""
     if isinstance(value, V.TensorValue):
         inputs.append(value)
-        return _meta_tensor(value)
+        return _meta_tensor(value) if tensors else None
     if isinstance(value, V.SizeValue):   # the meta run is at the sizes seen (not a decision: no pin)
         return value.hint
     if isinstance(value, V.SliceValue):
         return value.hint()
     if isinstance(value, V.TupleValue):
-        return tuple(_meta_args(v, inputs) for v in value.items)
+        return tuple(_meta_args(v, inputs, tensors) for v in value.items)
     if isinstance(value, V.ListValue):
-        return [_meta_args(v, inputs) for v in value.items]
+        return [_meta_args(v, inputs, tensors) for v in value.items]
     if isinstance(value, V.DictValue):
-        return {k: _meta_args(v, inputs) for k, v in value.items.items()}
+        return {k: _meta_args(v, inputs, tensors) for k, v in value.items.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_meta_args(v, inputs) for v in value)
+        return type(value)(_meta_args(v, inputs, tensors) for v in value)
     if isinstance(value, dict):
-        return {k: _meta_args(v, inputs) for k, v in value.items()}
+        return {k: _meta_args(v, inputs, tensors) for k, v in value.items()}
     return to_graph_arg(value) if isinstance(value, V.Value) else value
 
 
@@ -242,11 +244,14 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
             name: str | None, line: str, op_name: str) -> V.Value:
     graph_args = tuple(to_graph_arg(a) for a in args)
     graph_kwargs = {k: to_graph_arg(v) for k, v in kwargs.items()}
-    inputs: list[V.TensorValue] = []
-    meta_args = tuple(_meta_args(a, inputs) for a in args)
-    meta_kwargs = {k: _meta_args(v, inputs) for k, v in kwargs.items()}
     cache_key = _meta_cache_key(target, args, kwargs, session.grad_enabled)
     cached = _META_CACHE.get(cache_key) if cache_key is not None else None
+    # a cache hit makes no meta tensors (a training graph's intermediate that requires grad costs
+    # a meta multiplication each: most of capture's time)
+    tensors = cached is None or op_name in ("cpu", "cuda")
+    inputs: list[V.TensorValue] = []
+    meta_args = tuple(_meta_args(a, inputs, tensors) for a in args)
+    meta_kwargs = {k: _meta_args(v, inputs, tensors) for k, v in kwargs.items()}
     if op_name in ("cpu", "cuda"):
         meta_result = meta_args[0]  # same shape and strides, only the device changes
     elif cached is not None:
