@@ -92,6 +92,7 @@ class Emitter:
     rng_offset: Any = 0            # Philox counter already used by earlier random ops
     log: list[Node] = dataclasses.field(default_factory=list)
     memo: dict = dataclasses.field(default_factory=dict)   # values a decomposition makes once per graph
+    extern_metas: dict = dataclasses.field(default_factory=dict)   # extern_meta's results
 
 
 _ACTIVE: list[Emitter] = []
@@ -154,8 +155,50 @@ def extern_meta(target: Any, args: tuple, kwargs: dict) -> Any:
     symbolic = symbolic_output_meta(target, args, kwargs, _meta_of, _device_of(args, kwargs))
     if symbolic is not None:
         return symbolic
-    out, _ = meta_call(target, args, kwargs)
-    return metas_of(out, _device_of(args, kwargs))
+    # a model's repeated layers call each extern on the same metadata: one meta run per graph
+    cache = _ACTIVE[-1].extern_metas if _ACTIVE else None
+    key = _extern_key(target, args, kwargs) if cache is not None else None
+    meta = cache.get(key) if key is not None else None
+    if meta is None:
+        out, _ = meta_call(target, args, kwargs)
+        meta = metas_of(out, _device_of(args, kwargs))
+        if key is not None:
+            cache[key] = meta
+    return meta
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+def _extern_key(target: Any, args: tuple, kwargs: dict) -> Any:
+    """What an extern's meta run sees, hashable: the arguments' structure, tensor metadata, the
+    types of runtime scalars and each constant with its type (1, 1.0 and True promote apart).
+    None (no caching) where that takes a guess: symbolic sizes (comparing them decides guards),
+    tensor constants, unhashable values."""
+    try:
+        key = (target, _key_of(args), _key_of(kwargs))
+        hash(key)
+        return key
+    except (_Uncacheable, TypeError):
+        return None
+
+
+def _key_of(value: Any) -> Any:
+    if isinstance(value, Value):
+        if not value.is_tensor:
+            return ("scalar", value.pytype)
+        meta = value.meta
+        if any(is_symbolic(s) for s in (*meta.shape, *meta.stride, meta.storage_offset)):
+            raise _Uncacheable
+        return ("tensor", meta)
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(_key_of(v) for v in value))
+    if isinstance(value, dict):
+        return (dict, tuple((k, _key_of(v)) for k, v in value.items()))
+    if isinstance(value, torch.Tensor) or is_symbolic(value):
+        raise _Uncacheable
+    return (type(value), value)
 
 
 def _device_of(args: tuple, kwargs: dict) -> torch.device:
