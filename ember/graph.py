@@ -197,9 +197,12 @@ class Graph:
 
     # ---------------------------------------------------------------- building
     def _unique_name(self, hint: str) -> str:
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "v"
-        if base[0].isdigit():
-            base = "_" + base
+        if hint.isascii() and hint.isidentifier():     # most hints (node names): nothing to replace
+            base = hint
+        else:
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "v"
+            if base[0].isdigit():
+                base = "_" + base
         if keyword.iskeyword(base) or base in _RESERVED_NAMES:
             base = base + "_"
         name = base
