@@ -764,7 +764,7 @@ class TritonKernelPrinter:
         # `value` already has the storage type: reread it in the compute type (fp32), never re-round it
         reread = f"{value}.to(tl.float32)" if plan.dtype in LOW_PRECISION else \
             self.expr(Cast(body, plan.dtype)) if body.dtype != plan.dtype and not isinstance(body, Const) else value
-        self.scopes[-1][("stored", buffer, tuple(index))] = reread
+        self.scopes[-1][("stored", buffer, address)] = reread
         self.written.add(buffer)
         offset = self.render_index(address)
         if not address.free_vars():
@@ -893,8 +893,9 @@ class TritonKernelPrinter:
             if isinstance(node, Load) and node.buffer in self.registers:
                 self.scopes[-1][node] = self.registers[node.buffer]
                 continue
-            if isinstance(node, Load):
-                stored = self.lookup(("stored", node.buffer, tuple(node.index)))
+            if isinstance(node, Load) and node.buffer in self.written:
+                # by address: an epilogue stores [768] what a later step reads as [1, 768]
+                stored = self.lookup(("stored", node.buffer, self.address(self.buffers[node.buffer], node.index)))
                 if stored is not None:
                     self.scopes[-1][node] = stored
                     continue

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
 
@@ -629,6 +630,7 @@ class _Scheduler:
                 new_outer, new_inner = outer, inner
         else:
             if known_equal_sizes(node.shape, outer) or (inner and known_equal_sizes(node.shape, outer + inner)) or \
+                    (inner and _equal_but_unit_dims(node.shape, outer)) or \
                     not inner and known_equal(math.prod(node.shape), math.prod(outer)) and len(node.shape) and \
                     all(not isinstance(self.nodes[m], ir.Reduction) for m in group.members) and \
                     len(group.members) and self._flat_compatible(node.shape, outer):
@@ -639,8 +641,12 @@ class _Scheduler:
         trial = _Group(new_outer, new_inner, group.members)
         produced = {m for m in group.members}
         outer_vars, inner_vars = _kernel_vars(trial)
+        # (a size-1 var is 0: an epilogue reads a [1, 768] sum as [768])
+        units = {v: ir.const_index(0) for v in outer_vars + inner_vars if _single(v)}
         for buffer, index in self._loads_in_kernel(node, produced, outer_vars, inner_vars):
-            if index != self._kernel_index(self.nodes[buffer], outer_vars, inner_vars):
+            produced_at = self._kernel_index(self.nodes[buffer], outer_vars, inner_vars)
+            if index != produced_at and (not units or tuple(i.substitute(units) for i in index) !=
+                                         tuple(i.substitute(units) for i in produced_at)):
                 return False
         group.outer, group.inner = new_outer, new_inner
         return True
@@ -716,7 +722,7 @@ class _Scheduler:
         writes: list[str] = []
         flops = 0
         fused: list[str] = []
-        for name in group.members:
+        for name in self._epilogues_late(group, inner_vars):
             node = self.nodes[name]
             body = self._kernel_body(node, outer_vars, inner_vars)
             for ld in ir.loads(body):
@@ -725,7 +731,7 @@ class _Scheduler:
             fused.extend(self._fused_sources(name))
             depends_on = {ld.buffer for ld in ir.loads(body)}
             last_needed = max((reduced_in_step[d] for d in depends_on if d in reduced_in_step), default=-1)
-            is_inner = isinstance(node, ir.Reduction) or (bool(inner_vars) and node.shape != group.outer)
+            is_inner = self._is_inner(node, group, inner_vars)
             if isinstance(node, ir.Reduction) or is_inner:
                 step = steps[-1] if steps and steps[-1].inner and last_needed < len(steps) - 1 else None
                 if step is None:
@@ -761,6 +767,32 @@ class _Scheduler:
         nbytes = sum(self._nbytes(b) for b in read_list) + sum(self._nbytes(b) for b in writes)
         return FusedKernel(f"kernel{position}", outer_vars, inner_vars, _merge_outer_steps(steps), read_list, writes,
                            sorted(n for n in group.members if n in local), nbytes, flops, list(dict.fromkeys(fused)))
+
+    @staticmethod
+    def _is_inner(node: ir.LoopNode, group: _Group, inner_vars: tuple[Var, ...]) -> bool:
+        """Does the node run inside the kernel's inner loop (a reduction, or a pointwise node over
+        rows and columns), not once per row after it?"""
+        return isinstance(node, ir.Reduction) or (
+            bool(inner_vars) and node.shape != group.outer and not _equal_but_unit_dims(node.shape, group.outer))
+
+    def _epilogues_late(self, group: _Group, inner_vars: tuple[Var, ...]) -> list[str]:
+        """The group's members, each once-per-row step (a sum cast to the weight's dtype) moved
+        after the loop nodes that follow it up to the first member that reads it: the reductions
+        around it then share one pass over their inputs instead of one pass each."""
+        if not inner_vars:
+            return group.members
+        order: list[str] = []
+        waiting: list[str] = []
+        for name in group.members:
+            node = self.nodes[name]
+            if not self._is_inner(node, group, inner_vars):
+                waiting.append(name)
+                continue
+            if waiting and not set(waiting).isdisjoint(ir.load_buffers(self.expanded_body(name))):
+                order += waiting
+                waiting = []
+            order.append(name)
+        return order + waiting
 
     def _fused_sources(self, name: str) -> list[str]:
         """Descriptions of the node and every inlined producer, for the kernel comment."""
@@ -936,7 +968,16 @@ def _outer_vars_in_memory_order(kernel: FusedKernel, buffers: dict[str, BufferPl
 
 
 def _single(v: Var) -> bool:
-    return isinstance(v.size, int) and v.size == 1
+    return _is_one(v.size)
+
+
+def _is_one(size: Any) -> bool:
+    return isinstance(size, int) and size == 1
+
+
+def _equal_but_unit_dims(a: tuple, b: tuple) -> bool:
+    """Equal shapes once their size-1 dims are dropped (provably: never a guard)."""
+    return known_equal_sizes(tuple(s for s in a if not _is_one(s)), tuple(s for s in b if not _is_one(s)))
 
 
 def _map_shape(shape: tuple[int, ...], outer_vars: tuple[Var, ...], inner_vars: tuple[Var, ...]) -> tuple[Index, ...]:
@@ -947,6 +988,10 @@ def _map_shape(shape: tuple[int, ...], outer_vars: tuple[Var, ...], inner_vars: 
         return tuple(ir.index(v) for v in kernel_vars)
     if tuple(shape) == sizes[:len(outer_vars)]:
         return tuple(ir.index(v) for v in outer_vars)
+    if _equal_but_unit_dims(shape, tuple(v.size for v in outer_vars)):
+        # a reduction kernel's epilogue of another rank ([768] after sums kept as [1, 768])
+        wide = iter(v for v in outer_vars if not _single(v))
+        return tuple(ir.const_index(0) if _is_one(size) else ir.index(next(wide)) for size in shape)
     flat = ir.linearize([ir.index(v) for v in kernel_vars], sizes)
     return ir.delinearize(flat, shape)
 

@@ -139,3 +139,23 @@ def test_big_full_reductions_run_in_parallel_and_match():
     compiled = run_and_compare(b.build(outs), [xv], rtol=1e-4, atol=1e-4)
     assert compiled.source.count("#pragma omp parallel for reduction") == 2   # outer loop threads
     assert compiled.source.count("#pragma omp simd reduction") >= 2           # inner loop vectors
+
+
+def test_cast_of_column_sums_kept_as_a_row_is_the_reduction_kernels_epilogue():
+    """A bf16 weight's gradient in a batch of one: column sums at fp32 over the rows of [1, rows,
+    C], kept as [1, C], cast to bf16 as [C].  The casts run once per column after the pass (not a
+    kernel of their own, nor a pass of their own between the sums), from the sums in registers."""
+    rows, columns = 96, 40
+    gv, hv = torch.randn(1, rows, columns), torch.randn(1, rows, columns)
+    b = PrimGraphBuilder()
+    g, h = b.input("g", gv), b.input("h", hv)
+    weight_grad = b.cast(b.reshape(b.sum(b.mul(g, h), (1,)), (columns,)), torch.bfloat16)
+    bias_grad = b.cast(b.reshape(b.sum(g, (1,)), (columns,)), torch.bfloat16)
+    compiled = run_and_compare(b.build([weight_grad, bias_grad]), [gv, hv], rtol=1e-2, atol=1e-2)
+    assert compiled.stats["kernel_count"] == 1
+    (kernel,) = compiled.schedule.kernels
+    assert [step.inner for step in kernel.steps] == [True, False], "one pass for both sums, then the casts"
+    # rounded once from the fp32 sums, as eager's bf16 weight gradients are
+    expected = [(gv * hv).sum((0, 1)).bfloat16(), gv.sum((0, 1)).bfloat16()]
+    for actual, wanted in zip(compiled(gv, hv), expected):
+        assert torch.equal(actual, wanted)
