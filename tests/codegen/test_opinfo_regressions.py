@@ -61,3 +61,29 @@ def test_bf16_matmul_bias_rounds_once():
     check(torch.nn.functional.linear, torch.randn(3, 8, dtype=torch.bfloat16),
           torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(4, dtype=torch.bfloat16))
     check(torch.addbmm, torch.randn(5, 6), torch.randn(4, 5, 7), torch.randn(4, 7, 6))
+
+
+def test_integer_baddbmm_and_addmm_with_float_factors():
+    # eager truncates beta and alpha to the integer dtype (0.2 -> 0) and keeps it; ember's product
+    # by a Python float promoted the result to float32 (OpInfo sample 5 of baddbmm, int64)
+    gen = torch.Generator().manual_seed(0)
+    bias, left, right = (torch.randint(-5, 5, shape, generator=gen) for shape in ((2, 3, 4), (2, 3, 5), (2, 5, 4)))
+    for beta, alpha in ((0.2, 0.6), (1.7, 2.6), (-1.5, 1), (0, 2.5)):
+        check(torch.baddbmm, bias, left, right, beta=beta, alpha=alpha)
+        check(torch.addmm, bias[0], left[0], right[0], beta=beta, alpha=alpha)
+
+
+def test_fp16_and_bf16_losses_round_as_eager():
+    # eager's huber_loss kernel computes each element at fp32 (the difference too) and rounds
+    # once; binary_cross_entropy_with_logits is log_sigmoid's kernel, then fp16/bf16 ops.  Per-op
+    # rounding gave 2 fp16 ulps (0.125 near 100) and 7e-4 (OpInfo samples past the fourth, fp16)
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float16, torch.bfloat16):
+        x, y = (torch.randn(40, 30, generator=gen) * 20).to(dtype), (torch.randn(40, 30, generator=gen) * 20).to(dtype)
+        if dtype == torch.float16:      # bf16 huber: eager rounds some steps, not all (within 1 ulp)
+            check(torch.nn.functional.huber_loss, x, y, reduction="none", delta=8.7)
+        logits, target = x / 10, torch.rand(40, 30, generator=gen).to(dtype)
+        pos_weight = torch.rand(30, generator=gen).to(dtype) + 0.5
+        check(torch.nn.functional.binary_cross_entropy_with_logits, logits, target, reduction="none")
+        check(torch.nn.functional.binary_cross_entropy_with_logits, logits, target, None, None, None, "none",
+              pos_weight)     # (positional: tensors become the graph's inputs)

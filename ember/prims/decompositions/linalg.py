@@ -27,6 +27,14 @@ def _scaled(value: Value, factor: Any) -> Value:
     return value if factor == 1 else value * factor
 
 
+def _factor(factor: Any, dtype: torch.dtype) -> Any:
+    """beta or alpha as eager reads it for ``dtype``: truncated to an integer for integer tensors
+    (baddbmm of int64 with beta=0.2 is 0 * bias, and the result stays int64)."""
+    if isinstance(factor, float) and not (dtype.is_floating_point or dtype.is_complex):
+        return int(factor)
+    return factor
+
+
 @register(F.linear)
 def linear(x: Value, weight: Value, bias: Value | None = None) -> Value:
     if bias is not None and x.dtype in _LOW_PRECISION:
@@ -45,6 +53,7 @@ def linear(x: Value, weight: Value, bias: Value | None = None) -> Value:
 
 @register(torch.addmm, T.addmm)
 def addmm(bias: Value, mat1: Value, mat2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
+    beta, alpha = _factor(beta, mat1.dtype), _factor(alpha, mat1.dtype)
     if beta != 0 and mat1.dtype in _LOW_PRECISION:
         return ops.extern(torch.addmm, bias, mat1, mat2, beta=beta, alpha=alpha)
     product = _scaled(ops.extern(torch.mm, mat1, mat2), alpha)
@@ -53,6 +62,7 @@ def addmm(bias: Value, mat1: Value, mat2: Value, *, beta: Any = 1, alpha: Any = 
 
 @register(torch.baddbmm, T.baddbmm)
 def baddbmm(bias: Value, batch1: Value, batch2: Value, *, beta: Any = 1, alpha: Any = 1) -> Value:
+    beta, alpha = _factor(beta, batch1.dtype), _factor(alpha, batch1.dtype)
     if beta != 0 and batch1.dtype in _LOW_PRECISION:
         return ops.extern(torch.baddbmm, bias, batch1, batch2, beta=beta, alpha=alpha)
     product = _scaled(ops.extern(torch.bmm, batch1, batch2), alpha)

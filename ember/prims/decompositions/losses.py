@@ -8,6 +8,7 @@ import torch
 
 from ember.prims import ops
 from ember.prims import primitives as P
+from ember.prims.decompositions.activations import logsigmoid
 from ember.prims.registry import register
 from ember.prims.values import Value
 
@@ -128,8 +129,11 @@ def smooth_l1_loss(input: Value, target: Value, size_average: Any = None, reduce
 @register(F.huber_loss)
 def huber_loss(input: Value, target: Value, reduction: str = "mean", delta: float = 1.0,
                weight: Value | None = None) -> Value:
-    diff = ops.abs(input - target)
+    # eager's kernel computes each element at fp32 (the difference too) and rounds once
+    out_dtype = torch.promote_types(input.dtype, target.dtype)
+    diff = ops.abs(ops.upcast(input) - ops.upcast(target))
     loss = ops.where(ops.lt(diff, delta), diff * diff * 0.5, (diff - 0.5 * delta) * delta)
+    loss = ops.cast(loss, out_dtype)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
@@ -153,12 +157,12 @@ def binary_cross_entropy(input: Value, target: Value, weight: Value | None = Non
 def binary_cross_entropy_with_logits(input: Value, target: Value, weight: Value | None = None,
                                      size_average: Any = None, reduce: Any = None, reduction: str = "mean",
                                      pos_weight: Value | None = None) -> Value:
-    log_sigmoid = ops.minimum(input, 0.0) - ops.log1p(ops.exp(ops.neg(ops.abs(input))))
-    log_not_sigmoid = log_sigmoid - input
+    # eager's formula, op for op (each rounds in fp16/bf16): log_sigmoid's kernel (fp32 inside),
+    # times the positive weight's factor, then (1 - target) * input - that
+    log_sigmoid = logsigmoid(input)
     if pos_weight is not None:
-        loss = ops.neg(pos_weight * target * log_sigmoid + (1 - target) * log_not_sigmoid)
-    else:
-        loss = ops.neg(target * log_sigmoid + (1 - target) * log_not_sigmoid)
+        log_sigmoid = log_sigmoid * ((pos_weight - 1) * target + 1)
+    loss = (1 - target) * input - log_sigmoid
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, _reduction(size_average, reduce, reduction))
