@@ -192,7 +192,8 @@ def _reduce_each(fn: Callable, x: torch.Tensor, dims: tuple[int, ...]) -> torch.
 
 
 # --------------------------------------------------------------------- scans
-cumsum = register_prim("cumsum", "scan", lambda x, dim: torch.cumsum(x, dim), "cumsum(x, dim)")
+# in x's dtype: the decomposition promotes integers to int64 unless eager's dtype= says otherwise
+cumsum = register_prim("cumsum", "scan", lambda x, dim: torch.cumsum(x, dim, dtype=x.dtype), "cumsum(x, dim)")
 
 # ------------------------------------------------------------------- creation
 iota = register_prim("iota", "creation",

@@ -87,3 +87,22 @@ def test_fp16_and_bf16_losses_round_as_eager():
         check(torch.nn.functional.binary_cross_entropy_with_logits, logits, target, reduction="none")
         check(torch.nn.functional.binary_cross_entropy_with_logits, logits, target, None, None, None, "none",
               pos_weight)     # (positional: tensors become the graph's inputs)
+
+
+def test_integer_dtypes_of_float_functions_scans_and_ranges():
+    # found by the OpInfo backend test over int64/int32/uint8/bool: sinc and logit of integers
+    # returned the integer dtype (eager: float32); cumsum(dtype=int32) returned int64; arange with
+    # float bounds and an integer dtype counted and computed from the float bounds (eager truncates
+    # start and step, and int64 also counts between the truncated bounds)
+    for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool):
+        x = torch.arange(12).reshape(3, 4).remainder(3).to(dtype)
+        check(torch.sinc, x)
+        check(torch.logit, x)
+    ints = torch.randint(0, 50, (5, 6), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    for dtype in (torch.int32, torch.int16, torch.uint8, None):
+        check(torch.cumsum, ints, 1, dtype=dtype)
+    for dtype in (torch.int64, torch.int32, torch.uint8):
+        for bounds in ((3.1,), (-0.9, 2.1, 2.0), (2.1, -2.9, -1.0), (0.0, -8.000001, -4.0), (0, 5, 0.5)):
+            if dtype == torch.int64 and bounds == (0, 5, 0.5):
+                continue        # eager raises ValueError (step truncated to 0)
+            check(torch.arange, *bounds, dtype=dtype)

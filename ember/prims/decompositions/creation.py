@@ -95,8 +95,16 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: torch.dtype | N
         dtype = torch.get_default_dtype() if floating else torch.int64
     if all(isinstance(v, int) or is_symbolic(v) for v in (start, end, step)):    # a size: arange(T)
         length = max(0, -(-(end - start) // step))
+    elif dtype == torch.int64:      # eager counts int64 values between the truncated bounds
+        if int(step) == 0:
+            raise ValueError("step must be nonzero")
+        length = max(0, math.ceil((int(end) - int(start)) / int(step)))
     else:
         length = max(0, math.ceil((end - start) / step))
+    if not (dtype.is_floating_point or dtype.is_complex):
+        # and computes integer values from the truncated start and step: arange(-0.9, 2.1, 2.0,
+        # dtype=int32) is [0, 2], and arange(3.1, dtype=int64) has 3 values, int32 4
+        start, step = (int(v) if isinstance(v, float) else v for v in (start, step))
     if dtype.is_floating_point or isinstance(start, float) or isinstance(step, float):
         # eager computes start + i * step in double precision, then rounds once
         positions = ops.iota(length, 0, 1, torch.int64, _device(device))

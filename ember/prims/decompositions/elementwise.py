@@ -1,6 +1,7 @@
 """Elementwise math, comparisons, casts, clamp/lerp/addcmul and friends."""
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Any
@@ -16,15 +17,18 @@ T = torch.Tensor
 special = torch.special
 
 
-def _opmath(fn):
+def _opmath(fn, int_to_float: bool = False):
     """Compute in the promoted type of the tensor operands (fp32 for fp16/bf16) and round once, as
-    eager's kernels do.  The result has the promoted type (a half `x` with a float `end` gives float)."""
+    eager's kernels do.  The result has the promoted type (a half `x` with a float `end` gives float),
+    the default float type for integer and bool operands when ``int_to_float`` (sinc, logit)."""
     def wrapper(x: Value, *args: Any, **kwargs: Any) -> Value:
         tensors = [v for v in (x, *args) if is_tensor(v)]
         if not tensors:
             return fn(x, *args, **kwargs)
         # TensorIterator computes in the common dtype: cast every operand first, not pairwise
         dtype = result_type([ops._operand_tier(v) for v in tensors])
+        if int_to_float and not (dtype.is_floating_point or dtype.is_complex):
+            dtype = torch.get_default_dtype()
         compute = computation_dtype(dtype)
         common = lambda v: ops.cast(v, compute) if is_tensor(v) else v
         return ops.cast(fn(common(x), *[common(a) for a in args], **kwargs), dtype)
@@ -100,15 +104,14 @@ def rad2deg(x: Value) -> Value:
 
 
 @register(torch.sinc, T.sinc, special.sinc)
-@_opmath
+@functools.partial(_opmath, int_to_float=True)
 def sinc(x: Value) -> Value:
-    x = ops.cast(x, torch.get_default_dtype()) if not x.dtype.is_floating_point else x
     pix = x * math.pi
     return ops.where(ops.eq(x, 0), 1.0, ops.sin(pix) / pix)
 
 
 @register(torch.logit, T.logit, special.logit)
-@_opmath
+@functools.partial(_opmath, int_to_float=True)
 def logit(x: Value, eps: float | None = None) -> Value:
     if eps is not None:
         x = clamp(x, eps, 1 - eps)
