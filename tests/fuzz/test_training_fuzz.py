@@ -20,7 +20,7 @@ from ember.api import CompileFallbackWarning
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from program_generator import generate
 
-# and seeds from a run over 120..3999 (benchmarks/results/2026-11-24-s17-training-fuzz.txt): 433 and 696
+# and seeds from a run over 120..3999 (benchmarks/results/2026-11-24-s17-correctness-sweeps.txt): 433 and 696
 # (std of a constant: NaN gradient), 510 and 1059 (an f32 0-d operand of a bf16 where: its gradient
 # summed at fp32, eager's rounded to bf16 first)
 SEEDS = [*range(120), 433, 510, 696, 1059]
