@@ -63,6 +63,23 @@ class CausalSelfAttention(nn.Module):
         return self.c_proj(y)
 
 
+class SdpaCausalAttention(nn.Module):
+    """nanoGPT's attention through F.scaled_dot_product_attention(is_causal=True) (the flash path)."""
+
+    def __init__(self, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.c_attn = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
 class GPTBlock(nn.Module):
     def __init__(self, n_embd: int, n_head: int, block_size: int) -> None:
         super().__init__()

@@ -9,6 +9,7 @@ from torch.nn import functional as F
 
 import ember
 from ember.codegen import cpp, cpp_externs
+from models import SdpaCausalAttention as Attention
 
 
 @pytest.fixture
@@ -26,21 +27,6 @@ def schedules(monkeypatch) -> list:
 
 def extern_names(sched) -> list[str]:
     return [getattr(step.node.fn, "__name__", "?") for step in sched.externs]
-
-
-class Attention(torch.nn.Module):
-    def __init__(self, dim: int = 64, heads: int = 4) -> None:
-        super().__init__()
-        self.c_attn = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.heads = heads
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
 def test_attention_block_bias_in_gemm_and_no_copy(schedules):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 import ember
 from ember.codegen import cpp, cpp_externs
+from models import SdpaCausalAttention as Attention
 
 FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
@@ -75,21 +75,6 @@ def test_backward_other_calls_are_eagers():
         got = cpp_externs.causal_flash_backward_by_halves(g, q, k, v, out, lse, 0.0, causal)
         for a, e in zip(got, BACKWARD(g, q, k, v, out, lse, 0.0, causal)):
             torch.testing.assert_close(a, e, rtol=0, atol=0)
-
-
-class Attention(torch.nn.Module):
-    def __init__(self, dim: int = 64, heads: int = 4) -> None:
-        super().__init__()
-        self.c_attn = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.heads = heads
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
 @pytest.mark.parametrize("length, blocked", [(128, True), (256, True), (96, False)])

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 import ember
 from ember.codegen import cpp
+from models import SdpaCausalAttention
 
 SPLIT = "ranges, on each of which every comparison"
 FUSED = "column sum(s) of what this kernel stores or reads"
@@ -95,19 +96,8 @@ class MLP(torch.nn.Module):
         return self.proj(F.gelu(self.fc(x)))
 
 
-class Attention(torch.nn.Module):
-    def __init__(self, dim: int = 128, heads: int = 4) -> None:
-        super().__init__()
-        self.c_attn = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.heads = heads
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+def wide_attention() -> SdpaCausalAttention:
+    return SdpaCausalAttention(dim=128)
 
 
 def train_and_compare(model_type, shape, threads: int | None = None) -> None:
@@ -139,7 +129,7 @@ def test_bias_gradient_folded_into_gelu_backward(sources, threads):
 
 
 def test_qkv_gradient_ranges_and_bias_gradient_in_one_kernel(sources):
-    train_and_compare(Attention, (2, 64, 128))
+    train_and_compare(wide_attention, (2, 64, 128))
     backward = sources[-1]
     assert any(SPLIT in kernel for kernel in kernels_with(backward, FUSED)), backward
 
