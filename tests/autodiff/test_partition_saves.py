@@ -19,6 +19,7 @@ import operator
 import torch
 from torch import nn
 from torch.nn import functional as F
+from models import SdpaCausalAttention
 from recording import compile_keeping
 from training_util import assert_close, assert_same_grads
 
@@ -76,19 +77,9 @@ def test_gelu_output_read_by_weight_gradient_is_saved():
     assert len(with_erf) == 1, f"kernels running erf in the backward: {with_erf}"
 
 
-class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.heads = heads
-
+class ResidualAttention(SdpaCausalAttention):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + super().forward(x)
 
 
 def _through_views(value: Node) -> Node:
@@ -101,7 +92,7 @@ def _through_views(value: Node) -> Node:
 
 def test_biased_product_read_by_attention_is_saved():
     torch.manual_seed(0)
-    _train_once(Attention(32, 4), torch.randn(2, 16, 32))
+    _train_once(ResidualAttention(32, 4), torch.randn(2, 16, 32))
     graph = _backward_graph()
     attention = [n for n in graph.call_nodes() if "attention" in str(n.target) and "backward" in str(n.target)]
     assert len(attention) == 1, [str(n.target) for n in graph.call_nodes() if not isinstance(n.target, Prim)]
