@@ -19,6 +19,10 @@ def kernel_cache_dir() -> str:
 # (EMBER_RECOMPUTE=0 saves every value the backward reads: more memory, no recomputation)
 recompute: bool = os.environ.get("EMBER_RECOMPUTE", "1") != "0"
 
+# the partitioner's recompute ban and tie-break (autodiff/partition.py); EMBER_PARTITION_REFINE=0
+# turns them off (A/B runs: bytes saved alone decide the cut)
+partition_refine: bool = os.environ.get("EMBER_PARTITION_REFINE", "1") != "0"
+
 # GPU reductions with few output rows and a long reduced range run as two kernels
 # (lower/split_reductions.py); EMBER_SPLIT_REDUCTIONS=0 keeps them one kernel (for A/B runs)
 split_reductions: bool = os.environ.get("EMBER_SPLIT_REDUCTIONS", "1") != "0"

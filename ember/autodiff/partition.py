@@ -69,11 +69,11 @@ def partition(joint: Joint) -> Partition:
     primal_values = [n for n in graph.nodes if n.op != "output" and n not in backward_only and n not in tangent_set]
     read_by_backward = _read_by(backward_only, grad_outputs, set(primal_values))
     written = {joint.primals[p] for p, _ in graph.extra.get("mutated_inputs", [])}
-    devices = {v.meta.device.type for v in primal_values if isinstance(v.meta, TensorMeta)}
-    # the two refinements pay on the CPU, where erf/exp per element cost more than the bytes
-    # (nanoGPT block +1.3-2.3%); on the H100 they slowed BERT's training step (A/B, run.py --mode
-    # train: 27.3 / 27.6 ms against 23.1 / 18.0) and raised its peak 1311 -> 1527 MB
-    refine = devices == {"cpu"}
+    # the two refinements, on the H100 (benchmarks/gpu_train_ab.py, GPU kernel time per step): vit
+    # 11.40 -> 10.50 ms, bert 7.68 -> 7.10, nanogpt 11.42 -> 11.07, llama 11.51 -> 11.17, gpt2
+    # 17.39 -> 17.14, peak memory +145 to +335 MB (still below eager's); on the CPU the nanoGPT
+    # block +1.3-2.3%, where erf/exp per element cost more than the bytes
+    refine = config.partition_refine
     saved = _min_cut(primal_values, read_by_backward, forward_outputs, written, backward_only if refine else None)
     forward = _extract(graph, joint.primals, forward_outputs + saved, "forward", made_by_vjp=backward_only)
     forward.extra = dict(graph.extra)
