@@ -259,6 +259,10 @@ class Index:
         lo, hi = rest.bounds()
         if lo >= 0 and hi < d:
             return rest
+        single = len(rest.terms) == 1 and known_equal(rest.const, 0) and known_equal(rest.terms[0][1], 1)
+        if single and isinstance(rest.terms[0][0], ModIndex) and \
+                exact_quotient(rest.terms[0][0].divisor, d) is not None:
+            return rest.terms[0][0].arg % d      # (a % (k d)) % d is a % d
         common = rest._common_factor(d)
         if common is not None:
             big, g = common
@@ -312,7 +316,18 @@ def _merge_div_mod(merged: dict[Atom, int]) -> int:
                 continue
             quotient = normalized.terms[0][0]
             if merged.get(quotient, 0) != coeff * atom.divisor:
-                continue
+                wrapped = _wrapped_quotient(merged, quotient, coeff * atom.divisor)
+                if wrapped is None:
+                    continue
+                # c*d*((a // d) % m) + c*(a % d) is c*(a % (d*m)): the head and dim of a column
+                # index split over a cat of heads, (x // 64) % 12 and x % 64, is x % 768
+                del merged[atom], merged[wrapped]
+                joined = atom.arg % (atom.divisor * wrapped.divisor)
+                for inner_atom, inner_coeff in joined.terms:
+                    merged[inner_atom] = merged.get(inner_atom, 0) + coeff * inner_coeff
+                const += coeff * joined.const
+                changed = True
+                break
             del merged[atom], merged[quotient]
             for inner_atom, inner_coeff in atom.arg.terms:
                 merged[inner_atom] = merged.get(inner_atom, 0) + coeff * inner_coeff
@@ -320,6 +335,17 @@ def _merge_div_mod(merged: dict[Atom, int]) -> int:
             changed = True
             break
     return const
+
+
+def _wrapped_quotient(merged: dict[Atom, int], quotient: Atom, coeff: int) -> ModIndex | None:
+    """The atom ``(quotient) % m`` of ``merged`` with coefficient ``coeff`` (integer sizes only)."""
+    if not isinstance(coeff, int):
+        return None
+    for atom, c in merged.items():
+        if c == coeff and isinstance(atom, ModIndex) and isinstance(atom.divisor, int) and \
+                len(atom.arg.terms) == 1 and atom.arg.terms[0] == (quotient, 1) and known_equal(atom.arg.const, 0):
+            return atom
+    return None
 
 
 def _term_order(term: tuple[Atom, int]) -> tuple:
