@@ -25,12 +25,14 @@ def _opmath(fn, int_to_float: bool = False):
         tensors = [v for v in (x, *args) if is_tensor(v)]
         if not tensors:
             return fn(x, *args, **kwargs)
-        # TensorIterator computes in the common dtype: cast every operand first, not pairwise
+        # TensorIterator casts every operand to the common dtype first, not pairwise, and the
+        # kernel widens that: a 0-d float32 weight of a bf16 lerp is rounded to bf16 (19% of
+        # lerp(a, b, tensor(0.3337)) elements differed when it was not)
         dtype = result_type([ops._operand_tier(v) for v in tensors])
         if int_to_float and not (dtype.is_floating_point or dtype.is_complex):
             dtype = torch.get_default_dtype()
         compute = computation_dtype(dtype)
-        common = lambda v: ops.cast(v, compute) if is_tensor(v) else v
+        common = lambda v: ops.cast(ops.cast(v, dtype), compute) if is_tensor(v) else v
         return ops.cast(fn(common(x), *[common(a) for a in args], **kwargs), dtype)
     wrapper.__name__ = fn.__name__
     return wrapper
@@ -383,8 +385,12 @@ def addcdiv(x: Value, tensor1: Value, tensor2: Value, *, value: Any = 1) -> Valu
         raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release "
                            "addcdiv will perform a true division of tensor1 and tensor2.")
     value = _value_scalar(value, x, tensor1, tensor2)
-    quotient = tensor1 / tensor2
-    return x + (ops.mul(value, quotient) if value != 1 else quotient)
+    if value == 1:
+        return x + tensor1 / tensor2
+    # eager's CPU kernel computes value * t1 / t2 left to right, its CUDA kernel value * (t1 / t2)
+    if x.device.type == "cpu":
+        return x + ops.mul(value, tensor1) / tensor2
+    return x + ops.mul(value, tensor1 / tensor2)
 
 
 def _is_floating(v: Any) -> bool:
