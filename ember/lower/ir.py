@@ -342,7 +342,7 @@ def _wrapped_quotient(merged: dict[Atom, int], quotient: Atom, coeff: int) -> Mo
     if not isinstance(coeff, int):
         return None
     for atom, c in merged.items():
-        if c == coeff and isinstance(atom, ModIndex) and isinstance(atom.divisor, int) and \
+        if type(c) is int and c == coeff and isinstance(atom, ModIndex) and isinstance(atom.divisor, int) and \
                 len(atom.arg.terms) == 1 and atom.arg.terms[0] == (quotient, 1) and known_equal(atom.arg.const, 0):
             return atom
     return None
