@@ -1050,6 +1050,21 @@ _FRESH_RESULT_EXTERNS = {torch.mm, torch.bmm, torch.matmul, torch.addmm, torch.b
                          *_ATTENTION, *_FUSED_ATTENTION_FORWARDS, *_CONVOLUTIONS}
 
 
+def _read_only_by(value: Any, reader: Node) -> bool:
+    """Is ``reader`` the one user of ``value`` and of the views between it and the Extern result
+    it views?  Only then may a copy of it be the result itself: ``mm(a, b).clone()`` returned
+    with the product (or a product read again later) must be a buffer of its own."""
+    user = reader
+    while isinstance(value, Node):
+        if list(value.users) != [user]:
+            return False
+        viewing = value.op == "call" and isinstance(value.target, Prim) and value.target.kind == "view"
+        if not viewing:
+            return True              # the Extern, or the getitem picking one of its results
+        value, user = value.args[0], value
+    return False
+
+
 def _clone(self: _Lowering, node: Node, x: TensorValue) -> TensorValue:
     """A copy, unless ``x`` already views all of a fresh Extern result in the copy's layout: then
     ``x`` itself.  CPU attention writes (B, T, H, D), so ``y.transpose(1, 2).contiguous()`` is
@@ -1059,6 +1074,7 @@ def _clone(self: _Lowering, node: Node, x: TensorValue) -> TensorValue:
     base = self.nodes.get(body.buffer) if isinstance(body, Load) else None
     meta = node.meta
     if not isinstance(base, ir.ExternOutput) or not isinstance(meta, TensorMeta) or body.dtype != base.dtype or \
+            not _read_only_by(node.args[0], node) or \
             getattr(self.nodes.get(base.extern), "fn", None) not in _FRESH_RESULT_EXTERNS or \
             any(is_symbolic(s) for s in (*x.shape, *base.shape)) or math.prod(x.shape) != math.prod(base.shape):
         return self.pointwise(node, x.shape, x.dtype, x.load)

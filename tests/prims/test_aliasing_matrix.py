@@ -124,6 +124,17 @@ def _type_as_noop_split(x: torch.Tensor) -> tuple:
 
 
 # name -> (function, input shapes)
+def _with_clone(result):
+    return result, result.clone()
+
+
+def _matmul_clone_mutated(a, b):
+    product = a @ b
+    copy = product.clone()
+    copy.add_(1)
+    return product, copy
+
+
 FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "identity": (lambda x: x, [(3, 4)]),
     "contiguous_of_contiguous": (lambda x: x.contiguous(), [(3, 4)]),
@@ -176,6 +187,15 @@ FUNCTIONS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "chunk_of_empty_dim": (lambda x: x.chunk(2, 2), [(5, 4, 0)]),    # fuzz seed 622: 2 empty pieces
     "split_of_empty_dim": (lambda x: x.split(3, 2), [(5, 4, 0)]),
     "contiguous_of_empty": (lambda x: x.contiguous(), [(2, 0, 1)]),     # fuzz seed 100390: x itself
+    # an Extern's fresh result and its clone are two buffers (fuzz seed 400527: the clone was the result)
+    "matmul_and_its_clone": (lambda a, b: _with_clone(a @ b), [(3, 4), (4, 5)]),
+    "dot_clone_first": (lambda a: _with_clone(torch.matmul(a, a))[::-1], [(3,)]),
+    "bmm_and_its_clone": (lambda a, b: _with_clone(torch.bmm(a, b)), [(2, 3, 4), (2, 4, 5)]),
+    "linear_and_its_clone": (lambda x, w, b: _with_clone(F.linear(x, w, b)), [(3, 4), (5, 4), (5,)]),
+    "conv_and_its_clone": (lambda x, w: _with_clone(F.conv2d(x, w)), [(1, 2, 5, 5), (3, 2, 3, 3)]),
+    "attention_and_its_clone": (lambda q, k, v: _with_clone(F.scaled_dot_product_attention(q, k, v)),
+                                [(1, 2, 4, 8)] * 3),
+    "matmul_clone_mutated": (_matmul_clone_mutated, [(3, 4), (4, 5)]),
 }
 
 
