@@ -243,7 +243,7 @@ def _combine_in(sched: Schedule, kernel: FusedKernel, excluded: set[str], alloca
         for step in reader.steps:
             for body in _step_bodies(step):
                 for node, form, index in _occurrences(body, candidates):
-                    buffers = {ld.buffer for ld in ir.loads(node)}
+                    buffers = {ld.buffer for ld in ir.loads(node) if ld.buffer in candidates}
                     for name in buffers:
                         forms[name].add(form if index is not None else None)
     groups: dict[Expr, set[str]] = {}
@@ -268,7 +268,8 @@ def _occurrences(body: Expr, candidates: set[str]):
     pure: dict[Expr, bool] = {}
     for node in ir.walk(body):
         if isinstance(node, Load):
-            pure[node] = node.buffer in candidates
+            # read at a gathered position (its index loads a tensor): no plain value (fuzz seed 401477)
+            pure[node] = node.buffer in candidates and len(ir.loads(node)) == 1
         elif isinstance(node, Const):
             pure[node] = True
         elif isinstance(node, (Op, Cast)):
@@ -288,6 +289,8 @@ def _occurrences(body: Expr, candidates: set[str]):
                                else ir.replace_children(n, args))
             found.append((node, form, next(iter(indices)) if len(indices) == 1 else None))
             continue
+        if isinstance(node, Load) and node.buffer in candidates:
+            found.append((node, node, None))
         stack.extend(node.children())
         # a candidate load inside an index (a gather's position) is no plain value: give up on it
         for idx in ir.indices_of(node):

@@ -85,3 +85,17 @@ def test_terms_read_otherwise_stay():
     x = torch.randn(64, 48)
     for actual, wanted in zip(ember.compile(fn)(x), fn(x)):
         torch.testing.assert_close(actual, wanted)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_terms_read_at_gathered_positions(dtype):
+    """A softmax's float64 terms read back through an index tensor (``p[torch.tensor([0, -1, 0])]``):
+    the gather's position loads a buffer that is no candidate, which the pass looked up as one
+    (KeyError: an internal error, so the graph ran eagerly; fuzz seed 401477)."""
+    def program(x):
+        p = torch.softmax(x, -1, dtype=dtype)
+        return p[torch.tensor([0, -1, 0])], p.sum(-1)
+    x = torch.randn(2, 3, 1, 64).to(torch.bfloat16)
+    compiled = ember.compile(program, options={"fallback": "error"})
+    for actual, expected in zip(compiled(x), program(x)):
+        torch.testing.assert_close(actual, expected)
