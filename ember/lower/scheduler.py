@@ -984,10 +984,13 @@ def _map_shape(shape: tuple[int, ...], outer_vars: tuple[Var, ...], inner_vars: 
     """Index of a tensor of ``shape`` iterated by the kernel vars (row-major)."""
     kernel_vars = outer_vars + inner_vars
     sizes = tuple(v.size for v in kernel_vars)
+    # a size-1 var is 0: a step of [1] in a kernel reducing over [1] is once per row, and its body
+    # must not name the inner var (an iota read r0 outside the loop over r0: fuzz seed 401046)
+    at = lambda v: ir.const_index(0) if _single(v) else ir.index(v)
     if tuple(shape) == sizes:
-        return tuple(ir.index(v) for v in kernel_vars)
+        return tuple(at(v) for v in kernel_vars)
     if tuple(shape) == sizes[:len(outer_vars)]:
-        return tuple(ir.index(v) for v in outer_vars)
+        return tuple(at(v) for v in outer_vars)
     if _equal_but_unit_dims(shape, tuple(v.size for v in outer_vars)):
         # a reduction kernel's epilogue of another rank ([768] after sums kept as [1, 768])
         wide = iter(v for v in outer_vars if not _single(v))

@@ -1,8 +1,10 @@
 """What the scheduler fuses: kernel counts and passes, checked against eager results."""
 import math
 
+import pytest
 import torch
 
+import ember
 from ember.backend import compile_graph
 from ember.graph import TensorMeta
 from ember.lower import ir
@@ -159,3 +161,18 @@ def test_cast_of_column_sums_kept_as_a_row_is_the_reduction_kernels_epilogue():
     expected = [(gv * hv).sum((0, 1)).bfloat16(), gv.sum((0, 1)).bfloat16()]
     for actual, wanted in zip(compiled(gv, hv), expected):
         assert torch.equal(actual, wanted)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_iota_of_a_one_element_reduction_is_read_outside_the_loop(n):
+    """``x.view(-1) + arange(n)`` kept and reduced by ``amin``: with n == 1 the add is shaped like
+    the kernel's one-element reduced dim, a step once per row that read the iota as the loop var
+    ``r0`` outside the loop over it (g++: 'r0' was not declared, so the graph ran eagerly; fuzz
+    seed 401046).  A size-1 var is 0 in every step's index."""
+    def program(a):
+        added = a.view(-1) + torch.arange(n)
+        return added.amin(), added
+    x = torch.randn(n).to(torch.float16)
+    compiled = ember.compile(program, options={"fallback": "error"})
+    for actual, expected in zip(compiled(x), program(x)):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
