@@ -196,3 +196,27 @@ def test_symbolic_batch_larger_than_the_wanted_chunks_is_split_whole(options):
     events = compiled._ember_captured.events
     assert len(events) == 1, [e.recompile_reason for e in events]
     assert "(split, stage 1)" in events[0].compiled.source
+
+
+def _sum_node(shape, reduced, name="s"):
+    """sum over the dims ``reduced`` of a row-major input of ``shape``, as a loop node."""
+    from ember.lower import ir
+    kept = [d for d in range(len(shape)) if d not in reduced]
+    out_vars = ir.make_vars("x", [shape[d] for d in kept])
+    red_vars = ir.make_vars("r", [shape[d] for d in reduced])
+    by_dim = dict(zip(kept, out_vars)) | dict(zip(reduced, red_vars))
+    load = ir.Load("x", tuple(ir.index(by_dim[d]) for d in range(len(shape))), torch.float32)
+    return ir.Reduction(name, tuple(shape[d] for d in kept), torch.float32, vars=out_vars,
+                        reduction_vars=red_vars, reduction_type="sum", body=load)
+
+
+def test_cuda_splits_a_column_reduction_into_more_partials_than_a_row_reduction():
+    """A bias gradient (sum over the 4096 tokens of a (8, 512, 768) activation) splits into 64
+    partial rows per column: 768 Triton programs of 64 columns, where chunks of at least 256 rows
+    made 192 programs that drew 45% of the H100's bandwidth.  A row reduction of the same size
+    keeps chunks of 256 contiguous elements."""
+    policy = split_reductions.SPLIT_POLICIES["cuda"]
+    columns = split_reductions._choose_split(_sum_node((8, 512, 768), (0, 1)), policy)
+    assert columns.count == 64
+    rows = split_reductions._choose_split(_sum_node((768, 8, 512), (1, 2)), policy)
+    assert rows.count == 16
