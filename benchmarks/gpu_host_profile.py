@@ -4,7 +4,10 @@
 
 For each model (harness train batch, bf16): the step's wall time against its GPU time (CUDA
 events around the step vs the sum of kernel times from torch.profiler), then cProfile of 5
-steps (top functions by own time), ember then eager."""
+steps (top functions by own time), ember then eager.  --inductor adds torch.compile's host and
+wall time per step (no cProfile: its frames are Dynamo's); --aten adds torch.profiler's CPU
+table of ember's step (host time per aten op and CUDA runtime call: a synchronizing op shows
+as cudaStreamSynchronize / cudaMemcpyAsync rows)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +27,8 @@ def main() -> None:
     parser.add_argument("--models", default="resnet50")
     parser.add_argument("--out", default="/tmp/ember_host_profile")
     parser.add_argument("--rows", type=int, default=30)
+    parser.add_argument("--inductor", action="store_true")
+    parser.add_argument("--aten", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.bench))
     os.makedirs(args.out, exist_ok=True)
@@ -42,7 +47,10 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
         bench.loss_fn(fn(*call_args, **call_kwargs)).backward()
 
     compiled = ember.compile(model)
-    for label, fn in (("ember", compiled), ("eager", model)):
+    variants = [("ember", compiled), ("eager", model)]
+    if args.inductor:
+        variants.append(("inductor", torch.compile(model)))
+    for label, fn in variants:
         for _ in range(3):
             step(fn)
         torch.cuda.synchronize()
@@ -52,6 +60,10 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
         host = (time.perf_counter() - start) / 5 * 1e3     # launches only: the GPU may lag behind
         torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / 5 * 1e3
+        print(f"==== {name} {label}: host {host:.1f} ms per step (until the last launch), wall {wall:.1f} ms",
+              flush=True)
+        if label == "inductor":
+            continue
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(5):
@@ -60,9 +72,15 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
         profiler.disable()
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.rows)
-        print(f"==== {name} {label}: host {host:.1f} ms per step (until the last launch), wall {wall:.1f} ms")
         print(text.getvalue())
-
+        if args.aten and label == "ember":
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(5):
+                    step(fn)
+                torch.cuda.synchronize()
+            print(f"==== {name} {label}: host time per op over 5 steps (torch.profiler, CPU)")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 if __name__ == "__main__":
     main()
