@@ -24,10 +24,11 @@ from ember.autodiff.patterns import pattern_vjp
 from ember.autodiff import prim_rules  # noqa: F401  (fills the registry)
 from ember.errors import CompileError
 from ember.graph import Graph, Node, TensorMeta, contiguous_strides, target_name
+from ember.symbolic import known_equal, known_equal_sizes
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.primitives import Prim
-from ember.prims.values import Emitter, Value, building
+from ember.prims.values import Emitter, Value, building, emit
 
 
 @dataclasses.dataclass
@@ -167,9 +168,62 @@ def _accumulate(grads: dict[Node, Any], node: Node, grad: Any) -> None:
         grads[node] = grad
     elif isinstance(previous, list):         # a multi-output node: one slot per element
         index, value = grad
-        previous[index] = value if previous[index] is None else ops.add(previous[index], value)
+        previous[index] = value if previous[index] is None else _sum(previous[index], value)
     else:
-        grads[node] = ops.add(previous, grad)
+        grads[node] = _sum(previous, grad)
+
+
+def _sum(a: Value, b: Value) -> Value:
+    return _joined_pads(a, b) or ops.add(a, b)
+
+
+def _joined_pads(a: Value, b: Value) -> Value | None:
+    """The sum of two zero-pads that fill adjacent ranges of one dim, as one pad of their cat.
+    The gradients of q, k and v split off one projection (``x.split``, ``unbind``) arrive as three
+    pads of the projection's shape; added, every element read all three and rounded twice (vit's
+    qkv gradient assembly: 28 us against a 19 us floor).  A cat reads each element once."""
+    pads = [_zero_pad(v) for v in (a, b)]
+    if None in pads or a.dtype != b.dtype or not known_equal_sizes(a.shape, b.shape):
+        return None
+    (first, first_pad), (second, second_pad) = pads
+    differing = [k for k in range(a.ndim) if not (known_equal(first_pad[2 * k], second_pad[2 * k]) and
+                                                  known_equal(first_pad[2 * k + 1], second_pad[2 * k + 1]))]
+    if len(differing) != 1:
+        return None
+    k = differing[0]
+    dim = a.ndim - 1 - k
+    if known_equal(second_pad[2 * k] + second.meta.shape[dim], first_pad[2 * k]):
+        (first, first_pad), (second, second_pad) = (second, second_pad), (first, first_pad)
+    if not known_equal(first_pad[2 * k] + first.meta.shape[dim], second_pad[2 * k]):
+        return None         # a gap between them (or an overlap): an add
+    parts = [part for value in (first, second) for part in _cat_parts(value, dim)]
+    joined = emit(P.cat, [Value(n, n.meta) for n in parts], dim)
+    pad = list(first_pad)
+    pad[2 * k + 1] = second_pad[2 * k + 1]
+    if all(known_equal(p, 0) for p in pad):
+        return joined
+    return emit(P.constant_pad, joined, pad, 0.0)
+
+
+def _zero_pad(value: Value) -> tuple[Node, list[Any]] | None:
+    """(x, pads of every dim, last dim first) when value is a constant_pad of x with zeros that
+    crops nothing."""
+    node = value.node
+    if node.target is not P.constant_pad or len(node.args) != 3 or \
+            not isinstance(node.args[2], (int, float)) or node.args[2] != 0:
+        return None
+    x, pad = node.args[0], list(node.args[1])
+    pad += [0] * (2 * value.ndim - len(pad))
+    if not all(isinstance(p, int) and p >= 0 for p in pad):
+        return None
+    return x, pad
+
+
+def _cat_parts(node: Node, dim: int) -> list[Node]:
+    """A cat's parts along dim (so pads joined twice make one cat of three), else the node."""
+    if node.target is P.cat and node.args[1] % len(node.meta.shape) == dim:
+        return list(node.args[0])
+    return [node]
 
 
 def _backpropagate(graph: Graph, node: Node, grad: Any, grads: dict[Node, Any], needs: dict[Node, bool]) -> None:
