@@ -27,6 +27,11 @@ partition_refine: bool = os.environ.get("EMBER_PARTITION_REFINE", "1") != "0"
 # (lower/split_reductions.py); EMBER_SPLIT_REDUCTIONS=0 keeps them one kernel (for A/B runs)
 split_reductions: bool = os.environ.get("EMBER_SPLIT_REDUCTIONS", "1") != "0"
 
+# a GPU column reduction (bias and norm-weight gradients) with fewer programs of 64 columns than
+# this takes blocks of 32 columns, twice the programs (codegen/triton.py choose_config);
+# EMBER_COLUMN_MIN_PROGRAMS=0 keeps 64 (A/B runs)
+column_min_programs: int = int(os.environ.get("EMBER_COLUMN_MIN_PROGRAMS", "1024"))
+
 # GPU kernels compile in this many worker processes (Triton's front end holds the GIL, so threads
 # compiled one kernel at a time); EMBER_COMPILE_PROCESSES=0 compiles in threads of this process
 compile_processes: int = int(os.environ.get("EMBER_COMPILE_PROCESSES", str(min(16, os.cpu_count() or 1))))

@@ -42,6 +42,7 @@ import tokenize
 
 import torch
 
+from ember import config as ember_config
 from ember.codegen import triton_ops
 from ember.codegen.triton_ops import LOW_PRECISION, compute_type, literal, render_op
 from ember.errors import CompileError
@@ -122,9 +123,13 @@ def choose_config(kernel: FusedKernel, buffers: dict[str, BufferPlan], index_typ
         xblock = max(1, min(_pow2(xnumel), TUNING.get("reduction_elements", REDUCTION_ELEMENTS) // rblock, 64))
         return KernelConfig("persistent", xblock, rblock, 4 if xblock * rblock <= 2048 else 8, index_type)
     if not inner_contiguous:
-        # reduced dim is strided (column sums): many rows per program, rows are the contiguous axis
+        # reduced dim is strided (column sums): many rows per program, rows are the contiguous axis.
+        # Few programs leave SMs idle: vit's norm-weight gradients in 384 programs of 64 columns
+        # drew half the bandwidth that 768 programs do, so those take blocks of 32 columns
         rblock = min(_pow2(rnumel), 64)
         xblock = min(_pow2(xnumel), 64)
+        if -(-hint_of(xnumel) // 64) < ember_config.column_min_programs:
+            xblock = min(xblock, 32)
         kind = "persistent" if rblock >= rnumel else "looped"
         return KernelConfig(kind, xblock, rblock, 4 if xblock * rblock <= 2048 else 8, index_type)
     if rnumel <= limit:
@@ -476,12 +481,23 @@ class TritonKernelPrinter:
         self.rmask = None
         if self.xmask:
             self.emit("xmask = xindex < xnumel")
-        unguarded = set(self.scalars) | set(self.kernel.writes)
-        for step in self.kernel.steps:
-            step = dataclasses.replace(step, stores=[dataclasses.replace(s, body=guard_branch_loads(s.body, unguarded))
-                                                     for s in step.stores])
+        for step in self._guarded_steps():
             self.expect_stores(step)
             self.emit_stores(step)
+
+    def _guarded_steps(self) -> list[LoopStep]:
+        """The kernel's steps with their branch-only loads guarded (``guard_branch_loads``), each
+        body rewritten once (a var and a mean of one body stay one Welford pass)."""
+        unguarded = set(self.scalars) | set(self.kernel.writes) | set(self.kernel.local_reductions)
+        done: dict[int, Expr] = {}
+
+        def guarded(body: Expr) -> Expr:
+            if id(body) not in done:
+                done[id(body)] = guard_branch_loads(body, unguarded)
+            return done[id(body)]
+        return [dataclasses.replace(step, stores=[dataclasses.replace(s, body=guarded(s.body)) for s in step.stores],
+                                    reductions=[dataclasses.replace(r, body=guarded(r.body)) for r in step.reductions])
+                for step in self.kernel.steps]
 
     # ---------------------------------------------------------- reductions
     def emit_reduction_kernel(self) -> None:
@@ -501,7 +517,7 @@ class TritonKernelPrinter:
             if is_symbolic(self.rnumel) or self.rnumel != c.rblock:
                 self.rmask = "rmask"
                 self.emit("rmask = rindex < rnumel")
-        for step in self.kernel.steps:
+        for step in self._guarded_steps():
             self.barrier_if_rereading(step)
             if not step.inner:
                 self.emit_row_stores(step)

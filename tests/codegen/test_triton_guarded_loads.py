@@ -97,3 +97,15 @@ def test_only_positional_conditions_guard():
         return torch.where(rows >= columns, x * 2, 0.0)
     assert _loads(_compiled_source(causal, x))["x"].startswith("tmp")
     assert not _loads(_compiled_source(lambda x, k, o: torch.where(k, x * 2, o), x, keep, other))["x"].startswith("tmp")
+
+
+@pytest.mark.parametrize("rows", [5, 3000], ids=["persistent", "looped"])
+def test_a_reduction_over_a_cat_reads_each_source_where_selected(rows):
+    """The bias gradient of a fused q/k/v projection sums the cat of dq, dk and dv over tokens:
+    a reduction kernel's loads are guarded as a pointwise kernel's are (vit read all three
+    sources for every column: 22 us per layer against Inductor's 11)."""
+    q, k, v = (torch.randn(rows, 8) for _ in range(3))
+    source = _compiled_source(lambda q, k, v: torch.cat([q, k * 2, v], dim=1).sum(0), q, k, v)
+    assert "rindex" in source
+    masks = _loads(source)
+    assert set(masks) == {"q", "k", "v"} and all(mask.startswith("tmp") for mask in masks.values()), masks
