@@ -48,9 +48,29 @@ def _steps(x):
     return x[:, 0::2] * x[:, 1::2]     # strided slices: pads of spread values, left as adds
 
 
+def _two_dims(x):
+    return x[:2].exp() + x[2:, :] * 3        # adjacent along dim 0 only: one cat
+
+
+def _different_dims(x):
+    return x[:2, :4].sum() + x[:, 4:].sum()   # pads differ in two dims: an add
+
+
+def _nested(x):
+    left, middle = x[:, 0:8].split(4, dim=1)   # their cat, padded, joins the last piece: one cat of 3
+    return left * 2 + middle.sin() + x[:, 8:12].cos()
+
+
+def _piece_used_twice(x):
+    a, b = x.chunk(2, dim=-1)
+    return a * b + a.exp() + b
+
+
 CASES = {"split": (_split, (2, 5, 48), 1), "unbind": (_unbind, (2, 5, 48), 1),
          "chunk_gap": (_chunk_middle_unused, (4, 12), 0), "two_of_four": (_two_of_four, (3, 16), 1),
-         "overlap": (_overlapping, (3, 16), 0), "steps": (_steps, (3, 16), 0)}
+         "overlap": (_overlapping, (3, 16), 0), "steps": (_steps, (3, 16), 0),
+         "two_dims": (_two_dims, (4, 6), 1), "different_dims": (_different_dims, (4, 8), 0),
+         "nested": (_nested, (3, 12), 1), "piece_used_twice": (_piece_used_twice, (2, 3, 8), 1)}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -69,5 +89,7 @@ def test_gradients_of_split_pieces_are_one_cat(name, dtype):
     torch.testing.assert_close(out, expected, **tolerance)
     torch.testing.assert_close(ours.grad, theirs.grad, **tolerance)
     backward = BACKWARDS[0].backward_graph
-    found = sum(n.target is P.cat for n in backward.call_nodes())
-    assert found == cats, backward
+    found = [n for n in backward.call_nodes() if n.target is P.cat]
+    assert len(found) == cats, backward
+    if name == "nested":
+        assert len(found[0].args[0]) == 3
