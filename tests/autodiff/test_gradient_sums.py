@@ -93,3 +93,40 @@ def test_gradients_of_split_pieces_are_one_cat(name, dtype):
     assert len(found) == cats, backward
     if name == "nested":
         assert len(found[0].args[0]) == 3
+
+
+def _random_pieces(seed):
+    """A tensor cut along one dim into random contiguous pieces (some unused, some read twice,
+    some read through a further slice), each piece through a random op, summed after a reduction."""
+    import random
+    rng = random.Random(seed)
+    rank = rng.randint(1, 3)
+    shape = [rng.randint(2, 5) for _ in range(rank)]
+    dim = rng.randrange(rank)
+    shape[dim] = rng.randint(4, 12)
+    cuts = sorted(rng.sample(range(1, shape[dim]), rng.randint(1, min(4, shape[dim] - 1))))
+    bounds = list(zip([0] + cuts, cuts + [shape[dim]]))
+    ops = [lambda t: t * 2, torch.sin, torch.exp, lambda t: t * t, lambda t: t.cumsum(dim)]
+    plan = []
+    for start, stop in bounds:
+        uses = rng.choice([0, 1, 1, 1, 2])
+        plan += [(start, stop, rng.randrange(len(ops))) for _ in range(uses)]
+    if not plan:
+        plan = [(bounds[0][0], bounds[0][1], 0)]
+
+    def fn(x):
+        total = x.new_zeros(())
+        for start, stop, op in plan:
+            total = total + ops[op](x.narrow(dim, start, stop - start)).sum()
+        return total
+    return fn, tuple(shape)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_gradients_of_random_pieces_match_eager(seed):
+    fn, shape = _random_pieces(seed)
+    x = torch.randn(shape, dtype=torch.float64)
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ember.compile(fn, backend=_backend)(ours).backward()
+    fn(theirs).backward()
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-12, atol=1e-12)
