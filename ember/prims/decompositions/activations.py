@@ -40,7 +40,13 @@ def relu6(x: Value, inplace: bool = False) -> Value:
 
 @register(F.hardtanh, inplace_kw="inplace")
 def hardtanh(x: Value, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Value:
-    return ops.cast(ops.minimum(ops.maximum(x, min_val), max_val), x.dtype)
+    value = ops.cast(ops.minimum(ops.maximum(x, min_val), max_val), x.dtype)
+    if not x.dtype.is_floating_point:
+        return value
+    # eager's gradient: none at or beyond a bound (maximum/minimum would give half at a bound:
+    # relu6 at exactly 0), all of it elsewhere, NaN included
+    outside = ops.logical_or(ops.le(x, min_val), ops.ge(x, max_val))
+    return ops.where(outside, ops.stop_gradient(value), x)
 
 
 @register(F.leaky_relu, inplace_kw="inplace")
@@ -109,13 +115,26 @@ def softplus(x: Value, beta: float = 1.0, threshold: float = 20.0) -> Value:
 @register(F.hardswish, inplace_kw="inplace")
 @_in_fp32
 def hardswish(x: Value, inplace: bool = False) -> Value:
-    return x * ops.minimum(ops.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    value = x * ops.minimum(ops.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    # eager's gradient: none at or below -3, x/3 + 1/2 inside (-3, 3), the incoming gradient itself
+    # from 3 on (NaN and inf included).  maximum and minimum would split the ties at -3 and 3 in
+    # halves, and (x * 6) / 6 differentiates to g / 6 * 6 (and to NaN at inf).  Every branch has
+    # the value of eager's formula: x + (value - x) is value exactly (Sterbenz: value is x within
+    # an ulp), except at inf, which takes x.  The inside branch reads x only inside: elsewhere its
+    # zero gradient times an infinite x would be NaN
+    inner = ops.where(ops.logical_and(ops.gt(x, -3.0), ops.lt(x, 3.0)), x, 0.0)
+    inside = inner * (inner + 3.0) / 6.0
+    above = ops.where(ops.eq(x, math.inf), x, x + ops.stop_gradient(value - x))
+    return ops.where(ops.le(x, -3.0), ops.stop_gradient(value), ops.where(ops.lt(x, 3.0), inside, above))
 
 
 @register(F.hardsigmoid, inplace_kw="inplace")
 @_in_fp32
 def hardsigmoid(x: Value, inplace: bool = False) -> Value:
-    return ops.minimum(ops.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    value = ops.minimum(ops.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    # eager's gradient: 1/6 strictly inside (-3, 3), none at the bounds, beyond them or at NaN
+    inside = ops.logical_and(ops.gt(x, -3.0), ops.lt(x, 3.0))
+    return ops.where(inside, (x + 3.0) / 6.0, ops.stop_gradient(value))
 
 
 @register(F.logsigmoid)

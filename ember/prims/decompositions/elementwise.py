@@ -324,11 +324,34 @@ def clamp(x: Value, min: Any = None, max: Any = None) -> Value:
     if is_tensor(result) and not result.dtype.is_floating_point and result.dtype != torch.bool:
         for bound in bounds:
             _check_int_bound(bound, result.dtype)
+    value = result
     if min is not None:
-        result = ops.maximum(result, min)
+        value = ops.maximum(value, min)
     if max is not None:
-        result = ops.minimum(result, max)
-    return result
+        value = ops.minimum(value, max)
+    if not is_tensor(value) or not value.dtype.is_floating_point:
+        return value
+    return _with_clamp_gradients(result, min, max, value)
+
+
+def _with_clamp_gradients(x: Value, low: Any, high: Any, value: Value) -> Value:
+    """clamp's ``value`` (maximum/minimum: NaN propagates), routed so that autodiff gives eager's
+    clamp gradients: to x where low <= x <= high, to a tensor low where x < low < high, to a tensor
+    high where x > high or high < low, to nothing elsewhere (NaN, or x outside bounds that are
+    equal).  maximum and minimum split a tie in halves: ``x.clamp(min=0)`` gave an x of exactly 0
+    half its gradient.  Each branch below is the clamp's value wherever it is selected."""
+    inside = None
+    for bound, compare in ((low, ops.ge), (high, ops.le)):
+        if bound is not None:
+            inside = compare(x, bound) if inside is None else ops.logical_and(inside, compare(x, bound))
+    out = ops.stop_gradient(value)
+    if is_tensor(high):
+        above = ops.gt(x, high) if low is None else ops.logical_or(ops.gt(x, high), ops.lt(high, low))
+        out = ops.where(above, high, out)
+    if is_tensor(low):
+        below = ops.lt(x, low) if high is None else ops.logical_and(ops.lt(x, low), ops.lt(low, high))
+        out = ops.where(below, low, out)
+    return ops.where(inside, x, out)
 
 
 def _check_int_bound(bound: Any, dtype: torch.dtype) -> None:
