@@ -166,7 +166,9 @@ def hardshrink(x: Value, lambd: float = 0.5) -> Value:
 
 @register(F.softshrink)
 def softshrink(x: Value, lambd: float = 0.5) -> Value:
-    shrunk = ops.where(ops.gt(x, lambd), x - lambd, ops.where(ops.lt(x, -lambd), x + lambd, 0.0))
+    # eager's x * 0 inside the band (NaN stays NaN, -0 stays -0; a NaN gets the gradient, as eager)
+    inside = ops.where(ops.isnan(x), x, x * 0.0)
+    shrunk = ops.where(ops.gt(x, lambd), x - lambd, ops.where(ops.lt(x, -lambd), x + lambd, inside))
     return ops.cast(shrunk, x.dtype)
 
 

@@ -108,7 +108,8 @@ def rad2deg(x: Value) -> Value:
 @register(torch.sinc, T.sinc, special.sinc)
 @functools.partial(_opmath, int_to_float=True)
 def sinc(x: Value) -> Value:
-    pix = x * math.pi
+    # the branch not taken at 0 reads 1 instead: its zero gradient through sin(0) / 0 was NaN
+    pix = ops.where(ops.eq(x, 0), 1.0, x) * math.pi
     return ops.where(ops.eq(x, 0), 1.0, ops.sin(pix) / pix)
 
 
@@ -122,9 +123,16 @@ def logit(x: Value, eps: float | None = None) -> Value:
 
 @register(torch.xlogy, T.xlogy, special.xlogy)
 def xlogy(x: Any, y: Any) -> Value:
-    result = ops.mul(x, ops.log(y)) if not is_tensor(y) or y.dtype.is_floating_point else \
-        ops.mul(x, ops.log(ops.cast(y, torch.get_default_dtype())))
-    result = ops.where(ops.eq(x, 0), 0.0, result)
+    log_y = ops.log(y) if not is_tensor(y) or y.dtype.is_floating_point else \
+        ops.log(ops.cast(y, torch.get_default_dtype()))
+    # 0 where x is 0 (0 * log(0) and 0 * log(inf) would be NaN), with eager's gradients: log(y)
+    # for x wherever y > 0 (x == 0 included: a where choosing the constant 0 gave it none), none
+    # where x == 0 and y <= 0
+    if is_tensor(log_y):
+        unbounded = ops.logical_or(ops.le(y, 0), ops.eq(y, math.inf))
+        log_y = ops.where(ops.logical_and(ops.eq(x, 0), unbounded), 0.0, log_y)
+    product = ops.mul(x, log_y)
+    result = ops.where(ops.eq(x, 0), product + 0.0, product)   # + 0.0: eager's +0, not 0 * -log's -0
     return ops.where(ops.isnan(y), float("nan"), result)
 
 
@@ -275,14 +283,14 @@ def minimum(x: Value, other: Value) -> Value:
 
 @register(torch.fmax, T.fmax)
 def fmax(x: Value, other: Value) -> Value:
-    both = ops.maximum(x, other)
-    return ops.where(ops.isnan(x), other, ops.where(ops.isnan(other), x, both))
+    # x where x >= other or other is NaN, else other: eager's values, and its gradients (a tie is
+    # all x's; maximum would split it in halves)
+    return ops.where(ops.logical_or(ops.ge(x, other), ops.isnan(other)), x, other)
 
 
 @register(torch.fmin, T.fmin)
 def fmin(x: Value, other: Value) -> Value:
-    both = ops.minimum(x, other)
-    return ops.where(ops.isnan(x), other, ops.where(ops.isnan(other), x, both))
+    return ops.where(ops.logical_or(ops.le(x, other), ops.isnan(other)), x, other)
 
 
 for _name, _extra in {
