@@ -169,10 +169,14 @@ _BINARY_INT = {
     "bitwise_left_shift": "tl.where(({1} < 0) | ({1} >= {BITS}), 0, {0} << {1}).to({T})",
     "bitwise_right_shift": "tl.where(({1} < 0) | ({1} >= {BITS}), tl.where({0} < 0, -1, 0).to({T}), {0} >> {1})",
 }
-_BOOL_OPS = {"add": "({0} | {1})", "mul": "({0} & {1})", "maximum": "({0} | {1})", "minimum": "({0} & {1})",
-             "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
+# each operand compared with 0 first: a bool computed from 0-d loads alone (a clamp's bounds
+# compared with each other) is typed as float by Triton 3.6's interpreter, which & | ^ reject;
+# compiled, the compare folds away
+_AND, _OR, _XOR = "(({0} != 0) & ({1} != 0))", "(({0} != 0) | ({1} != 0))", "(({0} != 0) ^ ({1} != 0))"
+_BOOL_OPS = {"add": _OR, "mul": _AND, "maximum": _OR, "minimum": _AND,
+             "bitwise_and": _AND, "bitwise_or": _OR, "bitwise_xor": _XOR,
              "bitwise_not": "({0} == 0)", "abs": "{0}", "logical_not": "({0} == 0)",
-             "logical_and": "({0} & {1})", "logical_or": "({0} | {1})", "logical_xor": "({0} ^ {1})"}
+             "logical_and": _AND, "logical_or": _OR, "logical_xor": _XOR}
 
 
 def render_op(node: Op, args: list[str]) -> str:

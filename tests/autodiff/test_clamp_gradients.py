@@ -60,3 +60,19 @@ def test_gradients_at_the_bounds_equal_eager(name, bounds_need_grad):
             a, e = a[~X.isnan()], e[~X.isnan()]
         exact = what == "value" or not name.startswith("hards")
         torch.testing.assert_close(a, e, rtol=0 if exact else 1e-6, atol=0, equal_nan=True, msg=f"{name}: {what}")
+
+
+def test_clamp_between_0d_bounds_in_triton():
+    """The bounds compared with each other are a bool from 0-d loads alone, which Triton's
+    interpreter types as float: & and | of it failed (the graph could not run on that path)."""
+    pytest.importorskip("triton")
+    fn = lambda x, lo, hi: torch.clamp(x, lo, hi) * 2      # noqa: E731
+    inputs = [torch.tensor([-1.0, -0.5, 0.0, 0.5, 1.0]), torch.tensor(-0.5), torch.tensor(0.5)]
+    compiled = ember.compile(fn, options={"cpu_backend": "triton", "fallback": "error"})
+    ours = [t.clone().requires_grad_() for t in inputs]
+    theirs = [t.clone().requires_grad_() for t in inputs]
+    torch.testing.assert_close(compiled(*ours), fn(*theirs), rtol=0, atol=0)
+    compiled(*ours).sum().backward()
+    fn(*theirs).sum().backward()
+    for a, e in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, e.grad, rtol=0, atol=0)
