@@ -161,7 +161,7 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
             results.append(f"{expr_of[value.base]}.as_strided({sizes(value.shape)}, {sizes(value.stride)}, "
                            f"{sizes(value.storage_offset)})")
         else:
-            results.append(repr(value) if isinstance(value, (int, float, bool, type(None))) else out.bind("const", value))
+            results.append(_literal(value) if isinstance(value, (int, float, bool, type(None))) else out.bind("const", value))
     _emit_write_backs(out, sched, param_names, results, graph_extra, device)
     num_user = graph_extra.get("num_user_outputs", len(results))
     metas = graph_extra.get("_output_metas", [])
@@ -510,6 +510,13 @@ def _strided_view(base: str, view: ir.BufferView, plan: BufferPlan) -> str:
     else:
         start = sizes(offset) if offset else ""
     return f"{base}.as_strided({sizes(view.shape)}, {sizes(stride)}{', ' + start if start else ''})"
+
+
+def _literal(value: int | float | bool | None) -> str:
+    """Python source for a constant output (repr(nan) is 'nan', a name the wrapper lacks)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    return repr(value)
 
 
 def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:

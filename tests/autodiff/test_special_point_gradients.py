@@ -5,6 +5,8 @@ tie, gives a gradient eager does not: fmax(x, x) gave each side half (eager: all
 gave x no gradient (eager: log(y)), sinc'(0) was NaN (eager: 0)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -48,3 +50,15 @@ def test_softshrink_keeps_nan_and_signed_zero():
     expected = F.softshrink(x)
     torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
     assert torch.equal(actual.signbit(), expected.signbit())
+
+
+@pytest.mark.parametrize("y", [0.0, 2.0, -1.0, float("inf"), float("nan")])
+def test_xlogy_of_a_python_y(y):
+    """A Python y whose log is not finite: 0 where x is 0, NaN everywhere for a NaN y (a NaN y
+    was returned as a Python float the wrapper could not name)."""
+    x = torch.tensor([0.0, 1.0, -2.0, 0.0])
+    fn = lambda t: (torch.xlogy(t, y), float("nan"), float("-inf"))     # noqa: E731
+    actual = ember.compile(fn, options={"fallback": "error"})(x)
+    expected = fn(x)
+    torch.testing.assert_close(actual[0], expected[0], rtol=0, atol=0, equal_nan=True)
+    assert math.isnan(actual[1]) and actual[2] == -math.inf

@@ -131,9 +131,13 @@ def xlogy(x: Any, y: Any) -> Value:
     if is_tensor(log_y):
         unbounded = ops.logical_or(ops.le(y, 0), ops.eq(y, math.inf))
         log_y = ops.where(ops.logical_and(ops.eq(x, 0), unbounded), 0.0, log_y)
+    elif not 0 < y < math.inf:          # a Python y whose log is -inf, inf or NaN
+        log_y = ops.where(ops.eq(x, 0), 0.0, log_y)
     product = ops.mul(x, log_y)
     result = ops.where(ops.eq(x, 0), product + 0.0, product)   # + 0.0: eager's +0, not 0 * -log's -0
-    return ops.where(ops.isnan(y), float("nan"), result)
+    if not is_tensor(y):
+        return result + math.nan if math.isnan(y) else result
+    return ops.where(ops.isnan(y), math.nan, result)
 
 
 @register(torch.nan_to_num, T.nan_to_num)
