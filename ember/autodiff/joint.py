@@ -180,8 +180,9 @@ def _sum(a: Value, b: Value) -> Value:
 def _joined_pads(a: Value, b: Value) -> Value | None:
     """The sum of two zero-pads that fill adjacent ranges of one dim, as one pad of their cat.
     The gradients of q, k and v split off one projection (``x.split``, ``unbind``) arrive as three
-    pads of the projection's shape; added, every element read all three and rounded twice (vit's
-    qkv gradient assembly: 28 us against a 19 us floor).  A cat reads each element once."""
+    pads of the projection's shape; added, every element read all three and rounded twice
+    (nanoGPT's q/k/v gradient assembly: 23 us against a 12.6 us floor).  A cat reads each element
+    once."""
     pads = [_zero_pad(v) for v in (a, b)]
     if None in pads or a.dtype != b.dtype or not known_equal_sizes(a.shape, b.shape):
         return None
