@@ -4,6 +4,10 @@
 GPT-2's LM head is x (8192 x 768) @ wte^T with vocab 50257: the output's row stride (50257
 bf16 elements) is not 16-byte aligned.  Times F.linear as eager runs it against the same product
 with the weight padded to 50264 rows (result sliced back), bf16, and reports the TFLOP/s.
+
+Then the LM head's training step (forward and both gradients, whose products have K = 50257 and
+a transposed M = 50257) compiled by ember against eager: gradients compared in fp32 (TF32 off),
+times in bf16.
 """
 import torch
 import torch.nn.functional as F
@@ -39,6 +43,31 @@ def main():
         print(f"{m}x{k}x{n}: plain {plain:.3f} ms ({flops / plain / 1e9:.0f} TFLOP/s), padded weight "
               f"{pad_only:.3f} ms, pad per call {pad_each_call:.3f} ms, padded + contiguous copy "
               f"{pad_and_copy:.3f} ms; bitwise equal: {same}", flush=True)
+
+    lm_head_training()
+
+
+def lm_head_training(m: int = 4096, k: int = 768, vocab: int = 50257) -> None:
+    import ember
+
+    def head(x, w):
+        return F.linear(x, w)
+    compiled = ember.compile(head)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(m, k, device="cuda", dtype=dtype, requires_grad=True)
+        w = torch.randn(vocab, k, device="cuda", dtype=dtype, requires_grad=True)
+        g = torch.randn(m, vocab, device="cuda", dtype=dtype)
+        results = {}
+        for label, fn in (("eager", head), ("ember", compiled)):
+            out = fn(x, w)
+            grads = torch.autograd.grad(out, (x, w), g)
+            results[label] = (out, *grads)
+            results[label + " ms"] = bench(lambda fn=fn: torch.autograd.grad(fn(x, w), (x, w), g))
+        errors = [((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+                  for a, b in zip(results["ember"], results["eager"])]
+        print(f"LM head training {m}x{k}x{vocab} {dtype}: eager {results['eager ms']:.3f} ms, ember "
+              f"{results['ember ms']:.3f} ms; max relative error out/grad_x/grad_w "
+              + "/".join(f"{e:.1e}" for e in errors), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ For each model (the harness's train batch, bf16, model.train(), the harness's fp
   * what ember compiled: each graph's kind (kernels / autograd / eager and why), kernel counts;
   * memory: allocated after the forward (what is kept for the backward) and the step's peak,
     eager vs ember; saved-tensor copies made because a saved layout differs from the compiled one;
-  * a torch.profiler table of the top CUDA kernels of 3 steps, eager and ember;
+  * a torch.profiler table of the top CUDA kernels of 3 steps, eager and ember, and GPU time per
+    step by kind (generated, matmul, attention, ...: compare with --inductor);
+  * each generated kernel's time against its bytes at 3 TB/s, by gap (benchmarks/kernel_floor.py);
   * ember's generated code ($OUT/<model>_code.txt); on a compile error, the traceback and the
     failing kernel module.
 """
@@ -22,6 +24,9 @@ import time
 import traceback
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_floor import category_times, floor_table  # noqa: E402
 
 
 def main() -> None:
@@ -140,8 +145,27 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
                  if label == "ember" else ""))
         copies.update(count=0, bytes=0)
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=100))
+        times = _kernel_times_us(prof, steps=3)
+        print(f"---- {name} {label}: GPU us per step by kind: "
+              + ", ".join(f"{kind} {us:.0f}" for kind, us in sorted(category_times(times).items())))
+        if label == "ember":
+            with open(os.path.join(args.out, f"{name}_code.txt")) as code_file:
+                print(floor_table(code_file.read(), times, rows=args.rows))
     backend.compile_from_specs = compile_from_specs
     training._in_layout = in_layout
+
+
+def _kernel_times_us(prof, steps: int) -> dict[str, float]:
+    """GPU time per step of each kernel name (torch.profiler sums a name over its launches)."""
+    times = {}
+    for event in prof.key_averages():
+        device_us = getattr(event, "device_time_total", None)
+        if device_us is None:
+            device_us = event.cuda_time_total
+        # the profile records CUDA activity only: every event is a kernel, copy or fill
+        if device_us:
+            times[event.key] = device_us / steps
+    return times
 
 
 def _copy_failed_kernels(text: str, destination: str) -> None:

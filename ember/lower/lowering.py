@@ -193,7 +193,7 @@ class _Lowering:
             self.nodes[name] = ir.Extern(name, (), torch.float32, fn, args, kwargs, source=node.source_line or "")
             out = self.add(ir.ExternOutput(f"{name}_out", padded_meta.shape, padded_meta.dtype, name, None,
                                            padded_meta.stride, 0))
-            # the first N columns of the padded product, read in place
+            # the first M rows and N columns of the padded product, read in place
             return TensorValue(tuple(node.meta.shape), node.meta.dtype, out.load)
         self.nodes[name] = ir.Extern(name, (), torch.float32, fn, args, kwargs,
                                      source=node.source_line or "")
@@ -345,60 +345,96 @@ class _Lowering:
         return tuple(args), kwargs
 
     def pad_matmul(self, fn: Any, node: Node, args: tuple) -> tuple[tuple, TensorMeta] | None:
-        """mm/addmm/bmm whose N is not a multiple of 16 bytes, zero-padded to one: (new args, padded meta).
+        """mm/addmm/bmm whose operands or output have rows that are not 16-byte aligned, computed
+        on zero-padded copies: (new args, the padded product's meta), or None.
 
-        cuBLAS runs a product whose output rows are not 16-byte aligned with slow kernels: GPT-2's
-        LM head (N = vocab 50257) took 6.7 ms in bf16 on an H200 against 0.9 ms padded to 50264.
-        The weight (and bias) get a padded copy, the product is computed N_padded wide and its
-        first N columns are what the graph sees."""
+        cuBLAS runs a product with an unaligned leading dimension (an operand's or the output's
+        row stride) with slow "align1" kernels.  GPT-2's LM head (vocab 50257) in bf16 training
+        on an H100: the forward took 3.4 ms, the input gradient (K = 50257) 2.4 ms and the
+        weight gradient (the logits' gradient read transposed: M = 50257) 2.2 ms, against about
+        0.4 ms each aligned.  The dim that makes a leading dimension is padded with zeros:
+          * N (the output's rows): the weight's columns; the graph reads the first N columns;
+          * K, when it is an operand's contiguous dim: both operands, so the zeros add nothing;
+          * M, when it is the left operand's contiguous dim: its rows; the graph reads the first M.
+        Each operand copy costs its bytes, so an operand is padded only if the product does at
+        least PAD_MATMUL_MIN_FLOPS_PER_COPIED flops per element copied (a GEMV never copies its
+        weight).  Copies of the same elements in the same memory order are shared (extern_copy):
+        the two gradient products read one padded copy of the logits' gradient."""
         meta = node.meta
         if fn not in _PADDED_MATMULS or not isinstance(meta, TensorMeta) or \
                 meta.device.type not in PAD_MATMUL_DEVICES or meta.dtype not in _PAD_ALIGN:
             return None
+        if meta.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+            # no tensor cores: cuBLAS's fp32 kernels do not care, and the copies would cost 7%
+            # (the LM head's training step above: 19.4 ms against eager's 18.2 ms)
+            return None
+        a, b = args[-2], args[-1]
+        if not isinstance(a, ir.BufferRef) or not isinstance(b, ir.BufferRef):
+            return None
+        layouts = self.argument_strides(a), self.argument_strides(b)
+        if None in layouts:
+            return None
+        (a_shape, a_stride), (b_shape, b_stride) = layouts
         align = _PAD_ALIGN[meta.dtype]
-        weight_position = len(args) - 1
-        weight, source = args[weight_position], node.args[weight_position]
-        n, k = meta.shape[-1], self.env[node.args[weight_position - 1]].shape[-1]
-        if n % align == 0 or k % align or 2 * math.prod(meta.shape) * k < PAD_MATMUL_MIN_FLOPS or \
-                not isinstance(weight, ir.BufferRef):
+        sizes = {"m": a_shape[-2], "k": a_shape[-1], "n": b_shape[-1]}
+        if 2 * math.prod(hint_of(v) for v in meta.shape) * hint_of(sizes["k"]) < PAD_MATMUL_MIN_FLOPS:
             return None
-        padded_n = -(-n // align) * align
-        layout = self.argument_strides(weight)
-        if layout is None:
+        # a symbolic size is never padded (nor compared: that would add a guard)
+        contiguous_dims = {"n"}        # the output's rows
+        for (rows, columns), stride in ((("m", "k"), a_stride), (("k", "n"), b_stride)):
+            contiguous = _contiguous_dim_of_matrix(stride)
+            if contiguous is not None:
+                contiguous_dims.add(columns if contiguous == -1 else rows)
+        padded = {dim: -(-size // align) * align if dim in contiguous_dims and not is_symbolic(size) else size
+                  for dim, size in sizes.items()}
+        changed = {dim for dim in contiguous_dims if not is_symbolic(sizes[dim]) and padded[dim] != sizes[dim]}
+        if not changed:
             return None
-        args = list(args)
-        args[weight_position] = ir.BufferRef(self.padded_copy(self.env[source], padded_n, layout[1], node).node_name)
-        if fn is torch.addmm and isinstance(args[0], ir.BufferRef) and self.env[node.args[0]].shape[-1:] == (n,):
+        operands = [(position, (*self.env[node.args[position]].shape[:-2], padded[rows], padded[columns]), stride)
+                    for position, (rows, columns), (_, stride) in
+                    zip((len(args) - 2, len(args) - 1), (("m", "k"), ("k", "n")), layouts)
+                    if rows in changed or columns in changed]
+        flops = 2 * math.prod(hint_of(v) for v in (*meta.shape[:-2], padded["m"], padded["n"], padded["k"]))
+        if flops < PAD_MATMUL_MIN_FLOPS_PER_COPIED * sum(math.prod(map(hint_of, shape)) for _, shape, _ in operands):
+            return None
+        new_args = list(args)
+        for position, shape, stride in operands:
+            new_args[position] = self.padded_operand(self.env[node.args[position]], shape, stride, node)
+        if fn is torch.addmm and isinstance(args[0], ir.BufferRef) and len(self.env[node.args[0]].shape) <= 2:
             bias = self.env[node.args[0]]
-            args[0] = ir.BufferRef(self.padded_copy(bias, padded_n, ir.contiguous_strides(bias.shape), node).node_name)
-        shape = tuple(meta.shape[:-1]) + (padded_n,)
-        return tuple(args), dataclasses.replace(meta, shape=shape, stride=ir.contiguous_strides(shape),
-                                                storage_offset=0)
+            dims = ("m", "n")[2 - len(bias.shape):]       # broadcast from the right; size-1 dims stay
+            if any(dim in changed and not is_symbolic(size) and size != 1 for dim, size in zip(dims, bias.shape)):
+                shape = tuple(padded[dim] if dim in changed and not is_symbolic(size) and size != 1 else size
+                              for dim, size in zip(dims, bias.shape))
+                new_args[0] = self.padded_operand(bias, shape, ir.contiguous_strides(bias.shape), node)
+        shape = (*meta.shape[:-2], padded["m"], padded["n"])
+        return tuple(new_args), dataclasses.replace(meta, shape=shape, stride=ir.contiguous_strides(shape),
+                                                    storage_offset=0)
 
-    def padded_copy(self, value: TensorValue, padded_n: int, stride: tuple[int, ...], node: Node) -> TensorValue:
-        """``value`` with its last dim zero-padded to ``padded_n``, dims in the order of ``stride``."""
-        n = value.shape[-1]
-        shape = tuple(value.shape[:-1]) + (padded_n,)
+    def padded_operand(self, value: TensorValue, shape: tuple[int, ...], stride: tuple[int, ...],
+                       node: Node) -> ir.BufferRef:
+        """``value`` zero-padded to ``shape``, dense with its dims in the order of ``stride``
+        (broadcast, stride-0, dims outermost), for an Extern."""
         vars_ = ir.make_vars("x", shape)
         idx = tuple(ir.index(v) for v in vars_)
-        loaded = value.load(idx[:-1] + (lower_indexing.wrap_into(idx[-1], n),))
-        inside = lower_indexing.in_range(idx[-1], 0, n)
-        body = Op("where", (inside, loaded, Const(0, value.dtype)), value.dtype)
-        name = f"{node.name}_padded{len(self.nodes)}"
-        copy = self.add(ir.Pointwise(name, shape, value.dtype, vars_, body, "zero padding for an aligned matmul"))
-        # broadcast (stride-0) dims outermost, then the source's own order
-        padded_stride = _dense_like(shape, tuple(s if s else 1 << 62 for s in stride))
-        if padded_stride != ir.contiguous_strides(shape):
-            self.layouts[name] = padded_stride
-        return copy
+        grown = [padded is not size and padded != size for size, padded in zip(value.shape, shape)]   # never a symbolic size
+        inside = [lower_indexing.in_range(i, 0, size) for i, size, g in zip(idx, value.shape, grown) if g]
+        loaded = value.load(tuple(lower_indexing.wrap_into(i, size) if g else i
+                                  for i, size, g in zip(idx, value.shape, grown)))
+        test = inside[0] if len(inside) == 1 else Op("logical_and", tuple(inside), torch.bool)
+        body = Op("where", (test, loaded, Const(0, value.dtype)), value.dtype)
+        padded = TensorValue(shape, value.dtype, lambda index: ir.substitute(body, dict(zip(vars_, index))))
+        copy_stride = _dense_like(shape, tuple(s if s else 1 << 62 for s in stride))
+        return self.extern_copy(padded, body, vars_, copy_stride, node, "zero padding for an aligned matmul")
 
-    def copy_for_extern(self, value: TensorValue, node: Node, stride: tuple[int, ...]) -> TensorValue:
+    def copy_for_extern(self, value: TensorValue, node: Node, stride: tuple[int, ...],
+                        description: str = "layout copy for an extern") -> TensorValue:
         """A fresh loop node holding ``value`` (the scheduler fuses the copy into its producer's kernel
         when it can), laid out with ``stride``."""
         name = f"{node.name}_input{len(self.nodes)}"
         vars_ = ir.make_vars("x", value.shape)
         body = value.load(tuple(ir.index(v) for v in vars_))
-        copy = self.add(ir.Pointwise(name, value.shape, value.dtype, vars_, body, "layout copy for an extern"))
+        copy = self.add(ir.Pointwise(name, value.shape, value.dtype, vars_, body, description))
         if stride != ir.contiguous_strides(value.shape):
             self.layouts[name] = stride
         return copy
@@ -454,7 +490,7 @@ class _Lowering:
         return self.extern_copy(value, body, vars_, stride, node)
 
     def extern_copy(self, value: TensorValue, body: Expr, vars_: tuple[ir.Var, ...], stride: tuple[int, ...],
-                    node: Node) -> ir.BufferRef:
+                    node: Node, description: str = "layout copy for an extern") -> ir.BufferRef:
         """A copy of ``value`` laid out with ``stride`` for an Extern, or a view of an earlier copy
         holding the same elements in the same memory order (a matmul's gradient read as grad by
         one product and as grad^T by the other: ViT's qkv gradient was copied twice)."""
@@ -467,10 +503,10 @@ class _Lowering:
             for position, dim in enumerate(order):
                 index[base_order[position]] = ir.index(vars_[dim])
             return ir.BufferView(base_name, value.shape, tuple(index), vars_)
-        if stride == ir.contiguous_strides(value.shape):
+        if stride == ir.contiguous_strides(value.shape) and description == "layout copy for an extern":
             copy = self.materialize(value, node)
         else:
-            copy = self.copy_for_extern(value, node, stride)
+            copy = self.copy_for_extern(value, node, stride, description)
         self.extern_copies[key] = (copy.node_name, tuple(order))
         return ir.BufferRef(copy.node_name)
 
@@ -567,6 +603,7 @@ _PADDED_MATMULS = {torch.mm, torch.addmm, torch.bmm}
 _PAD_ALIGN = {torch.bfloat16: 8, torch.float16: 8, torch.float32: 4}
 PAD_MATMUL_DEVICES = {"cuda"}
 PAD_MATMUL_MIN_FLOPS = 1e9
+PAD_MATMUL_MIN_FLOPS_PER_COPIED = 256     # a padded operand's copy must cost little beside the product
 
 
 # Externs whose output layout follows their inputs' layouts in ways the meta device does not model
@@ -712,6 +749,14 @@ def _cublas_reads(m: int, k: int, row_stride: int, column_stride: int) -> bool:
     with the other stride stepping over a whole row (column)."""
     return (column_stride == 1 or k == 1) and row_stride >= max(k, 1) or \
         (row_stride == 1 or m == 1) and column_stride >= max(m, 1)
+
+
+def _contiguous_dim_of_matrix(stride: tuple[int, ...]) -> int | None:
+    """-1 for a row-major matrix (the last two dims of ``stride``), -2 for a column-major one."""
+    last, before = stride[-1], stride[-2]
+    if not is_symbolic(last) and last == 1:
+        return -1
+    return -2 if not is_symbolic(before) and before == 1 else None
 
 
 def _dense_like(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
