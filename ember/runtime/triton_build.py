@@ -321,15 +321,15 @@ PROCESS_MIN_KERNELS = 16      # fewer compile about as fast in threads as cold w
 
 
 def _compile_workers() -> Any:
-    """The compile worker processes (spawned: each imports torch, seconds), or None."""
+    """The compile worker processes (spawned: each imports torch, seconds; never the user's
+    script: runtime/worker_processes.py), or None."""
     global _process_pool
     if config.compile_processes <= 1:
         return None
     with _lock:
         if _process_pool is None:
-            import multiprocessing
-            _process_pool = concurrent.futures.ProcessPoolExecutor(
-                config.compile_processes, mp_context=multiprocessing.get_context("spawn"))
+            from ember.runtime.worker_processes import process_pool
+            _process_pool = process_pool(config.compile_processes)
     return _process_pool
 
 
