@@ -201,12 +201,17 @@ def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: Compi
         program = lower_graph(prim_graph, specs)
         if config.split_reductions:
             program = split_reductions(program, _device_of(specs).type)
-        sched = schedule(program)
+        device = _device_of(specs)
+        sched = schedule(program, row_arrays=not _uses_triton(device, options))
     with _stage("codegen"):
         compiled = _generate(prim_graph, sched, specs, options)
     if options.mode == "reduce-overhead":
         _use_cuda_graphs(compiled, prim_graph, specs)
     return compiled
+
+
+def _uses_triton(device: torch.device, options: CompileOptions) -> bool:
+    return device.type == "cuda" or options.cpu_backend == "triton"
 
 
 def _cuda_graph_device(specs: list[InputSpec]) -> torch.device | None:
@@ -238,7 +243,7 @@ def _use_cuda_graphs(compiled: CompiledGraph, prim_graph: Graph, specs: list[Inp
 
 def _generate(prim_graph: Graph, sched: Schedule, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
     device = _device_of(specs)
-    use_triton = device.type == "cuda" or options.cpu_backend == "triton"
+    use_triton = _uses_triton(device, options)
     if use_triton:
         try:
             from ember.codegen import triton as triton_codegen

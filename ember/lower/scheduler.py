@@ -127,9 +127,47 @@ class Schedule:
 
 
 # ======================================================================= driver
-def schedule(program: ir.LoopProgram) -> Schedule:
-    """Decide buffers and fusion groups for a LoopProgram."""
-    return _Scheduler(program).run()
+def schedule(program: ir.LoopProgram, row_arrays: bool = True) -> Schedule:
+    """Decide buffers and fusion groups for a LoopProgram.  ``row_arrays``: the code generator
+    keeps values a multi-pass kernel reuses in per-thread row arrays (C++: cpp_rows.py; Triton
+    has none)."""
+    return _Scheduler(_rounded_where_read_rounded(program), row_arrays=row_arrays).run()
+
+
+_NARROW_FLOATS = (torch.bfloat16, torch.float16)
+
+
+def _rounded_where_read_rounded(program: ir.LoopProgram) -> ir.LoopProgram:
+    """A float32 value whose only reader rounds it to bf16 or fp16, element for element, is
+    computed by that reader: whichever of the two is stored is then stored rounded.  bf16 graphs
+    compute in float32 and round where eager rounds (a ReLU's or hardswish's result, their
+    gradients); the scheduler stored the value before its rounding, twice the bytes written and
+    read by every later kernel.  The values are the same: the reader rounded what it loaded.
+    Forward programs only: in a backward the merged nodes hid the recomputation cuts of
+    ``_recompute_cuts`` (the pointwise blocks' backward peak went from 12.6 to 19 activations)."""
+    if program.extra.get("backward", False):
+        return program
+    users = program.users()
+    returned = program.returned_buffers()
+    nodes = dict(program.nodes)
+    for name, node in program.nodes.items():
+        readers = users[name]
+        if not isinstance(node, ir.Pointwise) or node.dtype != torch.float32 or name in returned or \
+                len(readers) != 1:
+            continue
+        reader = nodes[readers[0]]
+        body = reader.body if isinstance(reader, ir.Pointwise) else None
+        if not (isinstance(body, ir.Cast) and body.dtype in _NARROW_FLOATS and isinstance(body.arg, Load) and
+                body.arg.buffer == name and reader.shape == node.shape and
+                body.arg.index == tuple(ir.index(v) for v in reader.vars)):
+            continue
+        computed = ir.substitute(nodes[name].body, {v: ir.index(w) for v, w in zip(node.vars, reader.vars)})
+        nodes[reader.name] = dataclasses.replace(reader, body=ir.Cast(computed, body.dtype),
+                                                 source=f"{node.source}, {reader.source}".strip(", "))
+        del nodes[name]     # the reader keeps its own layout: Extern views of it were made for that one
+    if len(nodes) == len(program.nodes):
+        return program
+    return dataclasses.replace(program, nodes=nodes)
 
 
 @dataclasses.dataclass
@@ -142,8 +180,10 @@ class _Group:
 
 
 class _Scheduler:
-    def __init__(self, program: ir.LoopProgram, keep: frozenset[str] = frozenset(), cloned: bool = False):
+    def __init__(self, program: ir.LoopProgram, keep: frozenset[str] = frozenset(), cloned: bool = False,
+                 row_arrays: bool = True):
         self.program = program
+        self.row_arrays = row_arrays
         self.nodes = program.nodes
         self.users = program.users()
         self.keep = keep                     # stored and never recomputed: the inputs of cloned recomputations
@@ -263,13 +303,13 @@ class _Scheduler:
                     if program is not None:
                         keep = frozenset(cut for _, cut in plan if isinstance(self.nodes[cut], ir.Pointwise))
                         # once: a plan without Pointwise cuts would clone the clone again, forever
-                        return _Scheduler(program, keep, cloned=True).run()
+                        return _Scheduler(program, keep, cloned=True, row_arrays=self.row_arrays).run()
                 self._set_forced(self.forced - long_lived)
                 groups, where, _ = self._group()
-                unread = self._read_in_own_kernel_only(shared - long_lived, groups, where)
-                if unread:
-                    self._set_forced(self.forced - unread)
-                    groups, where, _ = self._group()
+            unread = self._read_in_own_kernel_only(shared - long_lived, groups, where)
+            if unread:
+                self._set_forced(self.forced - unread)
+                groups, where, _ = self._group()
         local = self._local_reductions(groups, where)
         extern_outputs: dict[str, list[ir.ExternOutput]] = {}     # extern name -> its outputs, in program order
         for node in self.nodes.values():
@@ -328,16 +368,18 @@ class _Scheduler:
         return out
 
     def _read_in_own_kernel_only(self, stored: set[str], groups: list, where: dict[str, int]) -> set[str]:
-        """Shared values of a kernel without an inner loop that every reader reads in that kernel:
-        stored for nothing (a pointwise block's backward stored 15 activations that only its own
-        kernel read).  In a kernel with inner loops such a value carries a row from one pass to
-        later ones (the C++ backend keeps it in a row array: cpp_rows.private_buffers)."""
+        """Shared values that every reader reads in the kernel computing them: stored for nothing
+        (a pointwise block's backward stored 15 activations that only its own kernel read).  In a
+        kernel with inner loops the C++ backend keeps such a value in a row array for the row's
+        later passes (cpp_rows.private_buffers); Triton kernels have no row arrays and wrote them
+        to memory that no one read (MobileNetV3's forward: hardswish's 14 intermediates in each
+        squeeze-excite mean's kernel, 1.2 GB a step), so there they are recomputed instead."""
         positions: dict[str, set[int]] = {}
         for name, pos in where.items():
             reads = self.nodes[name].reads() if isinstance(self.nodes[name], ir.Extern) else self._deps(name)
             for dep in reads:
                 positions.setdefault(dep, set()).add(pos)
-        return {name for name in stored if name in where and not groups[where[name]].inner
+        return {name for name in stored if name in where and not (self.row_arrays and groups[where[name]].inner)
                 and positions.get(name, set()) <= {where[name]}}
 
     def _recompute_cuts(self, long_lived: set[str], releases: _Releases) -> list[tuple[list[str], str]]:

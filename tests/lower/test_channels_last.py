@@ -171,3 +171,78 @@ def test_recomputed_copies_keep_channels_last():
         strides = re.search(r"\(\d+, \d+, \d+, \d+\), (\(\d+, \d+, \d+, \d+\))", made_as)
         if strides is not None:     # a fresh buffer or a view of a reused one: channels-last strides
             assert strides.group(1).split(", ")[1] == "1", f"{name} = {made_as}"
+
+
+class HardswishSqueezeExcite(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(c, 2 * c, 1, bias=False), nn.BatchNorm2d(2 * c)
+        self.squeeze, self.excite = nn.Conv2d(2 * c, 8, 1), nn.Conv2d(8, 2 * c, 1)
+        self.project = nn.Conv2d(2 * c, c, 1, bias=False)
+
+    def forward(self, x):
+        y = nn.functional.hardswish(self.bn(self.conv(x)))
+        gate = nn.functional.hardsigmoid(self.excite(torch.relu(self.squeeze(y.mean((2, 3), keepdim=True)))))
+        return x + self.project(y * gate)
+
+
+def test_triton_kernels_store_nothing_only_they_read():
+    """The squeeze-excite mean's kernel computes hardswish's intermediates (shared with the gate's
+    kernel at first, so marked to be stored once) and, once the gate's kernel read only the
+    hardswish result, still stored all 14 of them: float32, read by no one (MobileNetV3 on an
+    H100: 1.2 GB a forward).  A bf16 block's forward now allocates no float32 activation."""
+    pytest.importorskip("triton")
+    from ember import backend
+    made = []
+    compile_from_specs = backend.compile_from_specs
+
+    def recording(graph, specs, options):
+        made.append(compile_from_specs(graph, specs, options))
+        return made[-1]
+    torch.manual_seed(0)
+    net = HardswishSqueezeExcite(16).train().to(torch.bfloat16)
+    reference = copy.deepcopy(net)
+    x = torch.randn(4, 16, 14, 14, dtype=torch.bfloat16)
+    backend.compile_from_specs = recording
+    try:
+        compiled = ember.compile(net, options={"fallback": "error", "cpu_backend": "triton"})
+        out = compiled(x)
+        out.float().square().mean().backward()
+    finally:
+        backend.compile_from_specs = compile_from_specs
+    expected = reference(x)
+    expected.float().square().mean().backward()
+    torch.testing.assert_close(out, expected, rtol=5e-2, atol=5e-2)
+    for (name, p), q in zip(net.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.float(), q.grad.float(), rtol=5e-2, atol=5e-2, msg=name)
+    wrapper = made[0].source.split("# ---- kernels")[0]
+    activations = re.findall(r"(\w+) = torch.empty_strided\(\(4, 32, 14, 14\), [^)]*\), dtype=torch.float32", wrapper)
+    assert not activations, wrapper
+
+
+@pytest.mark.parametrize("options", [None, {"cpu_backend": "triton"}], ids=["cpp", "triton"])
+def test_values_rounded_by_their_only_reader_are_stored_rounded(options):
+    """bf16 graphs compute in float32 and round where eager rounds; a value whose one reader
+    rounds it (the ReLU of a batch norm computed in float32) was stored before the rounding, as
+    float32: twice the bytes, written here and read by every later kernel."""
+    if options:
+        pytest.importorskip("triton")
+    from ember import backend
+    made = []
+    compile_from_specs = backend.compile_from_specs
+
+    def recording(graph, specs, options):
+        made.append(compile_from_specs(graph, specs, options))
+        return made[-1]
+    torch.manual_seed(0)
+    net = nn.Sequential(SqueezeExciteBlock(16), SqueezeExciteBlock(16)).train().to(torch.bfloat16)
+    reference = copy.deepcopy(net)
+    x = torch.randn(4, 16, 14, 14, dtype=torch.bfloat16)
+    backend.compile_from_specs = recording
+    try:
+        out = ember.compile(net, options={"fallback": "error", **(options or {})})(x)
+    finally:
+        backend.compile_from_specs = compile_from_specs
+    torch.testing.assert_close(out, reference(x), rtol=0.1, atol=0.1)      # two bf16 blocks: a few ulps
+    wrapper = made[0].source.split("# ---- kernels")[0]
+    assert not re.findall(r"= torch.empty_strided\(\(4, 32, 14, 14\), [^)]*\), dtype=torch.float32", wrapper), wrapper
