@@ -153,9 +153,10 @@ _BINARY_COMMON = {
     "logical_or": "tl.where({0} != 0, True, {1} != 0)", "logical_xor": "(({0} != 0) != ({1} != 0))",
 }
 _BINARY_FLOAT = {
-    # torch.maximum/minimum propagate NaN; tl.maximum does not
-    "maximum": "tl.where(({0} > {1}) | ({0} != {0}), {0}, {1})",
-    "minimum": "tl.where(({0} < {1}) | ({0} != {0}), {0}, {1})",
+    # torch.maximum/minimum propagate NaN; tl.maximum does not.  Nested wheres, not an | of two
+    # compares: Triton's interpreter types a compare of two 0-d loads as float and rejects the |
+    "maximum": "tl.where({0} != {0}, {0}, tl.where({0} > {1}, {0}, {1}))",
+    "minimum": "tl.where({0} != {0}, {0}, tl.where({0} < {1}, {0}, {1}))",
     "floor_divide": "_ember_floordiv_float({0}, {1})", "remainder": "_ember_remainder_float({0}, {1})",
     "fmod": "libm.fmod({0}, {1})", "pow": "libm.pow({0}, {1})", "atan2": "libm.atan2({0}, {1})",
     "hypot": "libm.hypot({0}, {1})", "copysign": "libm.copysign({0}, {1})",

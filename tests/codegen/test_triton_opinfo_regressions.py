@@ -43,3 +43,13 @@ def test_lgamma_at_its_poles():
 def test_float64_to_bfloat16_cast():
     # the bf16 rounding helper bitcast float64 bits as if they were fp32
     check(torch.arange, -1, 2, 0.7, dtype=torch.bfloat16, options=OPTIONS)
+
+
+@pytest.mark.parametrize("op", [torch.maximum, torch.minimum])
+def test_maximum_minimum_of_0d_operands(op):
+    # `(a < b) | (a != a)` of two 0-d loads: the interpreter typed both compares as float and the
+    # | raised (training fuzz seeds 253 and 360 with cpu_backend="triton")
+    for a, b in ((torch.tensor(1.5, dtype=torch.float64), torch.tensor(-2.0)), (torch.tensor(float("nan")), torch.tensor(1.0)),
+                 (torch.tensor(1.0), torch.tensor(float("nan")))):
+        check(op, a, b, options=OPTIONS)
+        check(op, a, b.expand(3).contiguous(), options=OPTIONS)
