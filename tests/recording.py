@@ -29,3 +29,17 @@ def compile_keeping(fn: Any, options: dict | None = None) -> tuple[Any, list]:
         graphs.append(compiled)
         return compiled
     return ember.compile(fn, backend=backend), graphs
+
+
+def record_compiled_graphs(monkeypatch: Any) -> list:
+    """A list that fills with every CompiledGraph the default backend builds in this test (through
+    ``backend.compile_from_specs``: dynamic shapes and options as ``ember.compile`` gives them)."""
+    from ember import backend
+    graphs: list = []
+    compile_from_specs = backend.compile_from_specs
+
+    def recording(graph, specs, options):
+        graphs.append(compile_from_specs(graph, specs, options))
+        return graphs[-1]
+    monkeypatch.setattr(backend, "compile_from_specs", recording)
+    return graphs

@@ -11,6 +11,7 @@ from torch import nn
 import ember
 from ember.backend import compile_graph
 from ember.lower import lowering
+from recording import record_compiled_graphs
 
 
 @pytest.fixture(autouse=True)
@@ -139,28 +140,17 @@ class SqueezeExciteBlock(nn.Module):
         return x + self.bn2(self.project(y * gate))
 
 
-def test_recomputed_copies_keep_channels_last():
+def test_recomputed_copies_keep_channels_last(monkeypatch):
     """The backward recomputes batch-norm outputs block by block from copies of their chain (the
     scheduler's ``_cloned_program``); the copies were stored NCHW from channels-last inputs, so
     their kernels read or wrote across the channel stride (MobileNetV3 on an H100: 612 us against a
     120 us floor)."""
-    from ember import backend
-    made = []
-    compile_from_specs = backend.compile_from_specs
-
-    def recording(graph, specs, options):
-        made.append(compile_from_specs(graph, specs, options))
-        return made[-1]
+    made = record_compiled_graphs(monkeypatch)
     torch.manual_seed(0)
     net = nn.Sequential(SqueezeExciteBlock(16), SqueezeExciteBlock(16)).train().to(torch.bfloat16)
     reference = copy.deepcopy(net)
     x = torch.randn(4, 16, 14, 14, dtype=torch.bfloat16)
-    backend.compile_from_specs = recording
-    try:
-        compiled = ember.compile(net, options={"fallback": "error"})
-        compiled(x).float().square().mean().backward()
-    finally:
-        backend.compile_from_specs = compile_from_specs
+    ember.compile(net, options={"fallback": "error"})(x).float().square().mean().backward()
     reference(x).float().square().mean().backward()
     for (name, p), q in zip(net.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad.float(), q.grad.float(), rtol=5e-2, atol=5e-2, msg=name)
@@ -186,30 +176,19 @@ class HardswishSqueezeExcite(nn.Module):
         return x + self.project(y * gate)
 
 
-def test_triton_kernels_store_nothing_only_they_read():
+def test_triton_kernels_store_nothing_only_they_read(monkeypatch):
     """The squeeze-excite mean's kernel computes hardswish's intermediates (shared with the gate's
     kernel at first, so marked to be stored once) and, once the gate's kernel read only the
     hardswish result, still stored all 14 of them: float32, read by no one (MobileNetV3 on an
     H100: 1.2 GB a forward).  A bf16 block's forward now allocates no float32 activation."""
     pytest.importorskip("triton")
-    from ember import backend
-    made = []
-    compile_from_specs = backend.compile_from_specs
-
-    def recording(graph, specs, options):
-        made.append(compile_from_specs(graph, specs, options))
-        return made[-1]
+    made = record_compiled_graphs(monkeypatch)
     torch.manual_seed(0)
     net = HardswishSqueezeExcite(16).train().to(torch.bfloat16)
     reference = copy.deepcopy(net)
     x = torch.randn(4, 16, 14, 14, dtype=torch.bfloat16)
-    backend.compile_from_specs = recording
-    try:
-        compiled = ember.compile(net, options={"fallback": "error", "cpu_backend": "triton"})
-        out = compiled(x)
-        out.float().square().mean().backward()
-    finally:
-        backend.compile_from_specs = compile_from_specs
+    out = ember.compile(net, options={"fallback": "error", "cpu_backend": "triton"})(x)
+    out.float().square().mean().backward()
     expected = reference(x)
     expected.float().square().mean().backward()
     torch.testing.assert_close(out, expected, rtol=5e-2, atol=5e-2)
@@ -221,28 +200,18 @@ def test_triton_kernels_store_nothing_only_they_read():
 
 
 @pytest.mark.parametrize("options", [None, {"cpu_backend": "triton"}], ids=["cpp", "triton"])
-def test_values_rounded_by_their_only_reader_are_stored_rounded(options):
+def test_values_rounded_by_their_only_reader_are_stored_rounded(options, monkeypatch):
     """bf16 graphs compute in float32 and round where eager rounds; a value whose one reader
     rounds it (the ReLU of a batch norm computed in float32) was stored before the rounding, as
     float32: twice the bytes, written here and read by every later kernel."""
     if options:
         pytest.importorskip("triton")
-    from ember import backend
-    made = []
-    compile_from_specs = backend.compile_from_specs
-
-    def recording(graph, specs, options):
-        made.append(compile_from_specs(graph, specs, options))
-        return made[-1]
+    made = record_compiled_graphs(monkeypatch)
     torch.manual_seed(0)
     net = nn.Sequential(SqueezeExciteBlock(16), SqueezeExciteBlock(16)).train().to(torch.bfloat16)
     reference = copy.deepcopy(net)
     x = torch.randn(4, 16, 14, 14, dtype=torch.bfloat16)
-    backend.compile_from_specs = recording
-    try:
-        out = ember.compile(net, options={"fallback": "error", **(options or {})})(x)
-    finally:
-        backend.compile_from_specs = compile_from_specs
+    out = ember.compile(net, options={"fallback": "error", **(options or {})})(x)
     torch.testing.assert_close(out, reference(x), rtol=0.1, atol=0.1)      # two bf16 blocks: a few ulps
     wrapper = made[0].source.split("# ---- kernels")[0]
     assert not re.findall(r"= torch.empty_strided\(\(4, 32, 14, 14\), [^)]*\), dtype=torch.float32", wrapper), wrapper

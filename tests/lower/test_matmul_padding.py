@@ -7,7 +7,7 @@ import torch
 import ember
 from ember.backend import compile_graph
 from ember.lower import lowering
-from recording import compile_recording
+from recording import compile_recording, record_compiled_graphs
 
 
 @pytest.fixture(autouse=True)
@@ -210,14 +210,7 @@ def test_every_layout_and_unaligned_dim(product, sizes):
 def test_symbolic_rows_stay_unpadded_and_unguarded(monkeypatch):
     """dynamic=True: the parameter's static vocab is padded, the symbolic batch is not (and is
     never compared: one graph serves every batch)."""
-    from ember import backend
-    made = []
-    compile_from_specs = backend.compile_from_specs
-
-    def recording(graph, specs, options):
-        made.append(compile_from_specs(graph, specs, options))
-        return made[-1]
-    monkeypatch.setattr(backend, "compile_from_specs", recording)
+    made = record_compiled_graphs(monkeypatch)
     torch.manual_seed(0)
     head = torch.nn.Sequential(torch.nn.Linear(12, 37, bias=False), torch.nn.ReLU())
     compiled = ember.compile(head, dynamic=True, options={"fallback": "error"})
