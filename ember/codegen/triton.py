@@ -60,6 +60,8 @@ POINTWISE_BLOCK = 1024
 LOOPED_RBLOCK = 2048
 REDUCTION_ELEMENTS = 4096      # target XBLOCK * RBLOCK for persistent reductions of short rows
 SYMBOLIC_ROW_BUCKET = 1024     # the shortest persistent block for rows of symbolic length
+COLUMN_FEW_PROGRAMS = 132      # a column reduction in fewer programs than an H100's SMs ...
+COLUMN_FEW_ELEMENTS = 16384    # ... takes tiles of up to this many elements
 
 
 def _pow2(n: int) -> int:
@@ -125,13 +127,24 @@ def choose_config(kernel: FusedKernel, buffers: dict[str, BufferPlan], index_typ
     if not inner_contiguous:
         # reduced dim is strided (column sums): many rows per program, rows are the contiguous axis.
         # Few programs leave SMs idle: vit's norm-weight gradients in 384 programs of 64 columns
-        # drew half the bandwidth that 768 programs do, so those take blocks of 32 columns
-        rblock = min(_pow2(rnumel), 64)
-        xblock = min(_pow2(xnumel), 64)
-        if -(-hint_of(xnumel) // 64) < ember_config.column_min_programs:
+        # drew half the bandwidth that 768 programs do, so those take blocks of 32 columns.
+        # Welford statistics (BatchNorm's, channels-last) are bound by their arithmetic rather
+        # than their loads: 64 columns by 32 rows ran ResNet-50's at 0.7x the time of 32 by 64
+        # (benchmarks/gpu_column_reductions.py)
+        welford = any(r.reduction_type.startswith("welford") for step in kernel.steps for r in step.reductions)
+        rblock = min(_pow2(rnumel), TUNING.get("column_rblock", 32 if welford else 64))
+        xblock = min(_pow2(xnumel), TUNING.get("column_xblock", 64))
+        if not welford and -(-hint_of(xnumel) // 64) < ember_config.column_min_programs:
             xblock = min(xblock, 32)
+        if -(-hint_of(xnumel) // xblock) < COLUMN_FEW_PROGRAMS:
+            # a short column reduction (the second stage of a split one) runs in a few programs,
+            # each looping over its rows: longer tiles take fewer dependent passes (the stem's
+            # BatchNorm statistics' second stage 10.9 -> 4.4 us)
+            xblock = min(xblock, 32)
+            rblock = min(_pow2(rnumel), max(rblock, TUNING.get("column_few_elements", COLUMN_FEW_ELEMENTS) // xblock))
         kind = "persistent" if rblock >= rnumel else "looped"
-        return KernelConfig(kind, xblock, rblock, 4 if xblock * rblock <= 2048 else 8, index_type)
+        warps = TUNING.get("column_warps", 4 if xblock * rblock <= 2048 else 8)
+        return KernelConfig(kind, xblock, rblock, warps, index_type)
     if rnumel <= limit:
         rblock = _pow2(rnumel)
         elements = TUNING.get("reduction_elements", REDUCTION_ELEMENTS)
@@ -649,7 +662,10 @@ class TritonKernelPrinter:
             self.emit(f"{base}_value = {value}")
             self.emit(f"{base}_count_next = {base}_count + 1.0")
             self.emit(f"{base}_delta = {base}_value - {base}_mean")
-            self.emit(f"{base}_mean_next = {base}_mean + {base}_delta / {base}_count_next")
+            # every lane was updated in each earlier pass (only the last one is partial): one
+            # reciprocal per pass, not a division per element
+            self.emit(f"{base}_weight = tl.full([], 1.0, {wtype}) / (roffset // RBLOCK + 1)")
+            self.emit(f"{base}_mean_next = {base}_mean + {base}_delta * {base}_weight")
             self.emit(f"{base}_m2_next = {base}_m2 + {base}_delta * ({base}_value - {base}_mean_next)")
             for part in ("mean", "m2", "count"):
                 self.emit(self.masked_update(f"{base}_{part}", f"{base}_{part}_next"))

@@ -382,7 +382,8 @@ def test_column_sum_over_a_cat_of_heads_tiles_across_columns():
     compiled = check(b.build([b.sum(qkv, (0,))]), values, rtol=1e-4, atol=1e-4)
     header = compiled.source.split("def kernel0")[1]
     assert "24 * rindex + ((xindex) % 24)" in header       # the address this test is about
-    assert re.search(r"looped: XBLOCK=(32|64) RBLOCK=64", header)     # 32 when there are few programs
+    # many columns per block (32 when there are few programs; their rows in longer tiles)
+    assert re.search(r"(looped|persistent): XBLOCK=(32|64) RBLOCK=", header)
 
 
 # ---------------------------------------------------------------- regressions (harness zoo, bf16)
