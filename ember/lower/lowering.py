@@ -650,6 +650,11 @@ EXTERN_ARGUMENT_LAYOUTS: dict[Any, dict[str, tuple[int, str]]] = {
     **{fn: {"query": (0, "last_dim_unit_stride"), "key": (1, "last_dim_unit_stride"),
             "value": (2, "last_dim_unit_stride"), "attn_mask": (3, "last_dim_unit_stride")} for fn in _ATTENTION},
     **{fn: {"input": (0, "dense")} for fn in _CONVOLUTIONS},
+    # the saved input of a convolution whose forward read a copy (an NCHW image under a
+    # channels-last graph): ATen's backward picks its layout from input and weight, so an NCHW
+    # input made it copy ResNet-50's (64, 64, 112, 112) output gradient to NCHW (0.4 ms) and
+    # convert both back inside cuDNN (0.24 ms); the input's own copy takes 15 us
+    **{fn: {"input": (1, "dense")} for fn in _CONVOLUTION_BACKWARDS},
     **{fn: {name: (i, "last_dim_unit_stride") for i, name in enumerate(("query", "key", "value"))}
        for fn in _FUSED_ATTENTION_FORWARDS},
     **{fn: {"grad_out": (0, f"layout_of:{out}"),
