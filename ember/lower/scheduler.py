@@ -310,6 +310,10 @@ class _Scheduler:
             if unread:
                 self._set_forced(self.forced - unread)
                 groups, where, _ = self._group()
+            free = self._recomputed_for_free(shared - long_lived - unread, where)
+            if free:
+                self._set_forced(self.forced - free)
+                groups, where, _ = self._group()
         local = self._local_reductions(groups, where)
         extern_outputs: dict[str, list[ir.ExternOutput]] = {}     # extern name -> its outputs, in program order
         for node in self.nodes.values():
@@ -381,6 +385,27 @@ class _Scheduler:
                 positions.setdefault(dep, set()).add(pos)
         return {name for name in stored if name in where and not (self.row_arrays and groups[where[name]].inner)
                 and positions.get(name, set()) <= {where[name]}}
+
+    def _recomputed_for_free(self, stored: set[str], where: dict[str, int]) -> set[str]:
+        """Shared values that each kernel reading them could recompute from buffers it loads
+        anyway: on the GPU (Triton: no row arrays) a few arithmetic ops, a sigmoid or an erf cost
+        nothing next to a store and a load per reader.  Llama's SiLU backward stored a float32
+        sigmoid (46 MB a layer) for a second kernel that loads the sigmoid's input already."""
+        if self.row_arrays:     # C++: transcendental functions cost more than the loads they save
+            return set()
+        loads: dict[int, set[str]] = {}
+        for name, pos in where.items():
+            if not isinstance(self.nodes[name], ir.Extern):
+                loads.setdefault(pos, set()).update(self._deps(name))
+        out = set()
+        for name in stored:
+            if name not in where or not _fewer_ops(self.expanded_body(name), EXPENSIVE_OPS):
+                continue
+            inputs = self._deps(name)
+            readers = {pos for pos, loaded in loads.items() if name in loaded} - {where[name]}
+            if readers and all(inputs <= loads[pos] - {name} for pos in readers):
+                out.add(name)
+        return out
 
     def _recompute_cuts(self, long_lived: set[str], releases: _Releases) -> list[tuple[list[str], str]]:
         """Where a backward recomputes its long-lived values from: [(values, cut)].  Stored by the
@@ -1131,6 +1156,16 @@ def _is_expensive(body: Expr) -> bool:
             if node.op in _TRANSCENDENTAL or ops >= EXPENSIVE_OPS:
                 return True
     return len(ir.load_buffers(body)) >= EXPENSIVE_LOADS
+
+
+def _fewer_ops(body: Expr, limit: int) -> bool:
+    ops = 0
+    for node in ir.walk(body):
+        if isinstance(node, ir.Op):
+            ops += 1
+            if ops >= limit:
+                return False
+    return True
 
 
 def _expand_indirect(idx: Index, sched: _Scheduler) -> Index:
