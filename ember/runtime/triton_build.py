@@ -461,6 +461,14 @@ def _c_launch(launcher: Any) -> Callable | None:
     return getattr(launcher, "launch", None)
 
 
+def _hook_or_none(hook: Any) -> Any:
+    """Triton's launch hook, or None when it is an empty chain (``knobs.HookChain``): the C
+    launcher calls any hook that is not None, an empty chain too (two Python calls per launch,
+    860 of them in a ResNet-50 training step).  A hook installed after this kernel was built is
+    not called for it."""
+    return None if isinstance(getattr(hook, "calls", None), list) and not hook.calls else hook
+
+
 def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Callable | None) -> Callable:
     """``launch(*tensors)``: one call into Triton's C launcher with everything static pre-bound."""
     import torch
@@ -487,7 +495,8 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
                      f"None, enter_hook, exit_hook, {args})")
     try:
         from triton import knobs
-        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        enter_hook, exit_hook = _hook_or_none(knobs.runtime.launch_enter_hook), \
+            _hook_or_none(knobs.runtime.launch_exit_hook)
     except (ImportError, AttributeError):
         enter_hook = exit_hook = None
     scope = {"run": binary.run, "function": binary.function, "metadata": binary.packed_metadata,
