@@ -838,7 +838,9 @@ class TritonKernelPrinter:
         if offset.lstrip("-").isdigit():
             mask = guard = None          # only size-1 loop vars: one element, a scalar pointer takes no block mask
         if guard:
-            mask = f"{guard} & {mask}" if mask else guard
+            # a where, not guard & mask: Triton's interpreter gives the & of a compare of two
+            # constants (a pad's bound check at a size-1 dim) and a block an int64 mask it rejects
+            mask = f"tl.where({guard}, {mask}, False)" if mask else guard
         ptr = self.pointer(node.buffer)
         target = ptr if offset == "0" else f"{ptr} + ({offset})"
         text = f"tl.load({target}, mask={mask}, other=0)" if mask else f"tl.load({target})"

@@ -53,3 +53,24 @@ def test_maximum_minimum_of_0d_operands(op):
                  (torch.tensor(1.0), torch.tensor(float("nan")))):
         check(op, a, b, options=OPTIONS)
         check(op, a, b.expand(3).contiguous(), options=OPTIONS)
+
+
+def test_guarded_load_at_a_size_one_dim_in_a_backward():
+    """The backward of a cat and a bfloat16 copy of a (2, 1) input pads each tangent back to its
+    input's extent; at the size-1 dim the pad's bound check is a compare of two constants, and its
+    & with the block mask made Triton's interpreter reject the load ('mask has unsupported dtype';
+    training fuzz with cpu_backend="triton", seed 693).  Gradients equal eager's."""
+    import ember
+
+    def program(a):
+        v = a[:, ::2]
+        return v.sum((0, 1), keepdim=True).chunk(2, 0)[0], a.bfloat16(), torch.cat([v, a], dim=-2)
+
+    a = torch.randn(2, 1)
+    leaves = [a.clone().requires_grad_(True) for _ in range(2)]
+    outputs = [program(leaves[0]), ember.compile(program, options={"cpu_backend": "triton"})(leaves[1])]
+    for out, leaf in zip(outputs, leaves):
+        weights = [torch.full(o.shape, 0.5 + i).to(o.dtype) for i, o in enumerate(out)]
+        sum((o * w).sum().float() for o, w in zip(out, weights)).backward()
+    torch.testing.assert_close(outputs[1], outputs[0])
+    torch.testing.assert_close(leaves[1].grad, leaves[0].grad)
