@@ -254,6 +254,20 @@ def test_var_mean_argmax_and_nan(looped, request):
     check(graph, [xv], 1e-4, 1e-5)
 
 
+def test_column_welford_with_a_partial_last_pass(monkeypatch):
+    """BatchNorm's statistics over a channels-last activation: a column Welford reduction whose
+    last pass is partial (105 rows in passes of 32).  The mean's update multiplies by one
+    reciprocal per pass (every lane has the same count until the last pass); lanes past the end
+    keep their state.  Values far from 0 (mean 10, std 4) check the update's accuracy."""
+    monkeypatch.setitem(triton_codegen.TUNING, "column_few_elements", 0)     # looped, not one tile
+    xv = t((torch.randn(3, 8, 5, 7) * 4 + 10).to(memory_format=torch.channels_last))
+    b = PrimGraphBuilder()
+    x = b.input("x", xv)
+    vm = b.var_mean(x, (0, 2, 3), correction=0)
+    compiled = check(b.build([b.getitem(vm, 0), b.getitem(vm, 1)]), [xv], 1e-5, 1e-5)
+    assert "looped: XBLOCK=8 RBLOCK=32" in compiled.source and "_weight = " in compiled.source, compiled.source
+
+
 def test_bf16_in_out_softmax_and_layer_norm():
     n, c = 8, 96
     xv = t(torch.randn(n, c).to(torch.bfloat16))
