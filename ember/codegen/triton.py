@@ -567,10 +567,21 @@ class TritonKernelPrinter:
         return value
 
     def depends_on_inner(self, body: Expr) -> bool:
-        # a size-1 inner var drops out of addresses (a scalar load): that is no dependence
+        # a size-1 inner var drops out of addresses (a scalar load), and so does one whose stride
+        # is 0 (an expanded input): that is no dependence
         inner = {v for v in self.inner_vars if v.size != 1}
-        return bool(ir.expr_free_vars(body) & inner) or any(
-            bool(idx.free_vars() & inner) for ld in ir.loads(body) for idx in ld.index)
+        for node in ir.walk(body):
+            if isinstance(node, ir.IndexValue):
+                used = node.index.free_vars()
+            elif isinstance(node, Load) and node.buffer in self.buffers and node.buffer not in self.scalars:
+                used = self.address(self.buffers[node.buffer], node.index).free_vars()
+            elif isinstance(node, Load):      # a reduction kept in registers
+                used = set().union(*(idx.free_vars() for idx in node.index))
+            else:
+                continue
+            if used & inner:
+                return True
+        return False
 
     def emit_persistent_step(self, step: LoopStep) -> None:
         self.expect_stores(step)

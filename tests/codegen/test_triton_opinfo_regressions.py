@@ -74,3 +74,20 @@ def test_guarded_load_at_a_size_one_dim_in_a_backward():
         sum((o * w).sum().float() for o, w in zip(out, weights)).backward()
     torch.testing.assert_close(outputs[1], outputs[0])
     torch.testing.assert_close(leaves[1].grad, leaves[0].grad)
+
+
+@pytest.mark.parametrize("shape, expanded", [((1,), (4,)), ((3, 1), (3, 6)), ((1, 5), (4, 5))])
+def test_reductions_over_an_expanded_input(shape, expanded):
+    """A reduction over a dim the input is expanded along (stride 0) loads one element per row:
+    the loaded value must be broadcast over the tile before it is reduced (a scalar load reduced
+    along axis 1 failed: 'axis 1 out of bounds for shape []', training fuzz with
+    cpu_backend="triton", seed 116)."""
+    import ember
+
+    def program(a):
+        return (a.sum(-1, dtype=torch.float64), a.amax(-1), torch.softmax(a, -1),
+                torch.var_mean(a, -1, correction=0), a.sum())
+
+    a = torch.randn(shape).expand(expanded)
+    got = ember.compile(program, options={"cpu_backend": "triton", "fallback": "error"})(a)
+    torch.testing.assert_close(got, program(a))
