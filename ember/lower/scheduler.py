@@ -600,7 +600,7 @@ class _Scheduler:
             for producer in self._inlined_producers(name):
                 kernels_using.setdefault(producer, set()).add(pos)
         candidates = {name for name, positions in kernels_using.items()
-                      if len(positions) > 1 and self._is_expensive(self.expanded_body(name))}
+                      if len(positions) > 1 and self._is_expensive(name)}
         # the most downstream ones: a producer read only through a stored candidate stays inlined there
         chosen: set[str] = set()
         for name in reversed(list(self.nodes)):
@@ -608,10 +608,19 @@ class _Scheduler:
                 chosen.add(name)
         return chosen
 
-    def _is_expensive(self, body: Expr) -> bool:
+    def _is_expensive(self, name: str) -> bool:
+        """Expensive to recompute: a transcendental function, EXPENSIVE_OPS ops, or EXPENSIVE_LOADS
+        buffers loaded, counting those at least 1/SMALL_LOAD_RATIO of the value's size (a
+        per-channel weight or statistic is a few cached bytes beside the activation: counted, a
+        BatchNorm backward's ``gamma * relu_mask(y) * (g1 + g2)`` was stored and read back, and its
+        four channel sums took two passes instead of one)."""
+        body = self.expanded_body(name)
         expensive = self.expensive.get(body)
         if expensive is None:
-            expensive = self.expensive[body] = _is_expensive(body)
+            numel = hint_of(self.nodes[name].numel())
+            large = [b for b in ir.load_buffers(body)
+                     if hint_of(self.nodes[b].numel()) * SMALL_LOAD_RATIO >= numel]
+            expensive = self.expensive[body] = _is_expensive(body) or len(large) >= EXPENSIVE_LOADS
         return expensive
 
     def _inlined_producers(self, name: str) -> set[str]:
@@ -1146,16 +1155,18 @@ EXPENSIVE_OPS = 16
 # a reduction reading at least this many elements per output may fuse into a kernel before an Extern
 SMALL_OUTPUT_RATIO = 32
 EXPENSIVE_LOADS = 4
+SMALL_LOAD_RATIO = 8
 
 
 def _is_expensive(body: Expr) -> bool:
+    """A transcendental function or EXPENSIVE_OPS ops (_Scheduler._is_expensive adds the loads)."""
     ops = 0
     for node in ir.walk(body):        # stops at the answer: a backward's bodies are large DAGs
         if isinstance(node, ir.Op):
             ops += 1
             if node.op in _TRANSCENDENTAL or ops >= EXPENSIVE_OPS:
                 return True
-    return len(ir.load_buffers(body)) >= EXPENSIVE_LOADS
+    return False
 
 
 def _fewer_ops(body: Expr, limit: int) -> bool:
