@@ -312,9 +312,19 @@ def _max_pool2d_vjp(target: Any, always_indices: bool) -> Callable[..., tuple]:
         if grad is None:
             return call.result()
         grad_x = ops.extern(aten.max_pool2d_with_indices_backward, grad, x, kernel, stride, padding, dilation,
-                            ceil_mode, indices)
+                            ceil_mode, ops.cast(_narrowest_index(indices, x), torch.int64))
         return call.result(input=grad_x)
     return rule
+
+
+def _narrowest_index(indices: Value, x: Value) -> Value:
+    """The pooling's indices (flat positions in one input plane, int64 as ATen returns them) in the
+    narrowest integer type that holds the plane's positions: the partitioner saves that cast
+    rather than the int64 tensor (ResNet-50's max-pool indices: 103 MB saved -> 26 MB)."""
+    plane = x.shape[-2] * x.shape[-1]
+    if isinstance(plane, int) and plane <= torch.iinfo(torch.int16).max:
+        return ops.cast(indices, torch.int16)
+    return ops.cast(indices, torch.int32) if hint_of(plane) <= torch.iinfo(torch.int32).max else indices
 
 
 extern_vjp_rule(*_unique(F.max_pool2d, torch.max_pool2d))(_max_pool2d_vjp(F.max_pool2d, False))

@@ -287,11 +287,13 @@ def test_cnn_retain_graph_and_in_place_checks_with_released_saved_tensors():
 def test_forward_computes_pooling_indices_beside_the_pooling():
     """The max-pooling VJP asks the forward for the pooling's indices.  That node is made after the
     whole forward in joint order; run there, it kept the stem's activation (the largest) alive
-    through every layer: 4.4 stem activations at the forward's peak, 3.5 now."""
+    through every layer: 4.4 stem activations at the forward's peak, 3.5 beside the pooling.  Since
+    the forward also saves the ReLU outputs that the convolutions' weight gradients read (as eager
+    does): 5.4 made late, 4.9 beside the pooling."""
     model, inputs = make_resnet(batch=4, size=64)
     COMPILED.clear()
     compiled = ember.compile(model, backend="ember_recording_memory", options={"fallback": "error"})
     compiled(*inputs)
     stem_activation = 4 * 8 * 32 * 32 * 4
     peak = peak_live_bytes(COMPILED[0].schedule)
-    assert peak <= 4 * stem_activation, f"forward peak {peak / stem_activation:.1f} stem activations"
+    assert peak <= 5 * stem_activation, f"forward peak {peak / stem_activation:.1f} stem activations"
