@@ -4,6 +4,8 @@
     python benchmarks/gpu_train_ab.py --bench .bench --models vit_base_patch16_224,bert_base \\
         --variants 'base=;refine=EMBER_PARTITION_REFINE=all' --rounds 2 --out $OUT
 
+A variant ``eager=EMBER_AB_EAGER=1`` times the uncompiled model the same way.
+
 Each (round, variant, model) runs in a fresh process with the variant's environment; rounds
 alternate the variants' order, because on these machines whatever runs first is slower.  Per run:
 the step's median time over ``--steps`` CUDA-event-timed steps, the GPU time per step (the sum of
@@ -29,7 +31,8 @@ def child(name: str, steps: int) -> dict:
     import ember
 
     model, bench, call_args, call_kwargs = zoo_training(name)
-    compiled = ember.compile(model)
+    # a variant with EMBER_AB_EAGER=1 runs the model eagerly: eager's step time and peak, same method
+    compiled = model if os.environ.get("EMBER_AB_EAGER") == "1" else ember.compile(model)
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
