@@ -438,7 +438,7 @@ def _argument_tensors(L: dict, depth: int = 3) -> Any:
                 yield from walk(f"{name}[{index!r}]", item, level + 1)
         elif level < depth and type(value) is dict and len(value) <= 256:
             for key, item in value.items():
-                if isinstance(key, (str, int)):
+                if type(key) in (str, int):      # literal keys: an Enum member's repr is not Python
                     yield from walk(f"{name}[{key!r}]", item, level + 1)
     for local, value in L.items():
         yield from walk(f"L[{local!r}]", value, 0)

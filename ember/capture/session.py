@@ -455,7 +455,8 @@ class EpilogueBuilder:
         if isinstance(value, V.TensorValue):
             return self._tensor(value)
         if isinstance(value, V.ConstantValue):
-            if value.value is None or isinstance(value.value, (bool, int, str)):
+            # exact types: a str or int Enum member passes isinstance, but its repr is not Python
+            if value.value is None or type(value.value) in (bool, int, str):
                 return repr(value.value)
             return self.namespace.bind(value.value, "const")
         if isinstance(value, (V.ListValue, V.DictValue)) and value.source is not None:
@@ -476,7 +477,7 @@ class EpilogueBuilder:
         if isinstance(value, V.ListValue):
             return "[" + ", ".join(self.expr(v) for v in value.items) + "]"
         if isinstance(value, V.DictValue):
-            body = ", ".join(f"{self.namespace.bind(k, 'key') if not isinstance(k, (str, int)) else repr(k)}: "
+            body = ", ".join(f"{self.namespace.bind(k, 'key') if type(k) not in (str, int) else repr(k)}: "
                              f"{self.expr(v)}" for k, v in value.items.items())
             if value.cls is dict:
                 return "{" + body + "}"
@@ -547,7 +548,7 @@ class EpilogueBuilder:
         return f"{rebuild}({cls}, {items}, {attrs})"
 
     def _key(self, key: Any) -> str:
-        return repr(key) if isinstance(key, (str, int)) or key is None else self.namespace.bind(key, "key")
+        return repr(key) if type(key) in (str, int) or key is None else self.namespace.bind(key, "key")
 
     def grad_mode_statements(self) -> list[str]:
         """The frame leaves grad mode changed (a continuation that exits a ``with no_grad():`` begun

@@ -623,3 +623,29 @@ def test_sgd_step_inside_the_compiled_function():
         assert_same(compiled(x), eager(x))
         assert_same(w.detach(), w_eager.detach())
         assert_same(w.grad, w_eager.grad)
+
+
+# ------------------------------------------------------------------ enum values live across a break
+class _Mode(str, __import__("enum").Enum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+class _Level(__import__("enum").IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+def test_str_and_int_enum_locals_and_keys_across_a_break():
+    """A str/int Enum member is an instance of str/int, but its repr is not Python: the runner and
+    continuations must bind it, not print it (Hugging Face's deprecation decorator holds a
+    str Enum local across a break; the generated runner did not parse)."""
+    def fn(x, mode):
+        action = _Mode.FAST
+        table = {_Level.LOW: x * 2, "plain": x + 1}
+        y = x.sin()
+        print("break", action.value)
+        scale = 3.0 if mode is _Mode.FAST else 0.5
+        return y * scale + table[_Level.LOW] + table["plain"], action, _Level.HIGH
+
+    check(fn, (t(4), _Mode.FAST), (t(5), _Mode.SLOW), graphs=2, breaks=1)
