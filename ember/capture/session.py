@@ -560,23 +560,34 @@ class EpilogueBuilder:
         return []
 
     def mutation_statements(self) -> list[str]:
-        statements = []
+        """The frame's effects on Python state outside the graph.  Every new value is computed
+        before any state changes: a value may read the old contents of a container that is itself
+        rewritten (Hugging Face passes ``kwargs`` on with ``kwargs['input_ids']`` still in it; a
+        ``clear()`` first made that read a KeyError)."""
+        values: list[str] = []
+        writes: list[str] = []
+
+        def new_value(expression: str) -> str:
+            values.append(f"_new{len(values)} = {expression}")
+            return f"_new{len(values) - 1}"
+
         for container in self.session.mutable_containers:
             if not getattr(container, "mutated", False):
                 continue
             target = container.source.code(self.namespace)
             if isinstance(container, V.ListValue):
                 items = ", ".join(self.expr(v) for v in container.items)
-                statements.append(f"{target}[:] = [{items}]")
+                writes.append(f"{target}[:] = {new_value(f'[{items}]')}")
             else:
-                body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in container.items.items())
-                statements.append(f"_d = {target}; _d.clear(); _d.update({{{body}}})")
+                body = ", ".join(f"{self._key(k)}: {self.expr(v)}" for k, v in container.items.items())
+                writes.append(f"_d = {target}; _d.clear(); _d.update({new_value(f'{{{body}}}')})")
         for target, attrs in self.session.attr_mutations.values():
             obj = target.source.code(self.namespace)
             for name, value in attrs.items():
-                statements.append(f"{obj}.{name} = {self.expr(value)}")
+                writes.append(f"{obj}.{name} = {new_value(self.expr(value))}")
         for source, value in self.session.stored_outside.values():
-            statements.append(f"{source.code(self.namespace)} = {self.expr(value)}")
+            writes.append(f"{source.code(self.namespace)} = {new_value(self.expr(value))}")
+        statements = values + writes
         for fn, args, kwargs in self.session.replayed_calls:
             parts = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
             statements.append(f"{self.namespace.bind(fn, getattr(fn, '__name__', 'call'))}({', '.join(parts)})")

@@ -649,3 +649,16 @@ def test_str_and_int_enum_locals_and_keys_across_a_break():
         return y * scale + table[_Level.LOW] + table["plain"], action, _Level.HIGH
 
     check(fn, (t(4), _Mode.FAST), (t(5), _Mode.SLOW), graphs=2, breaks=1)
+
+
+def test_a_mutated_dict_rewritten_from_its_own_entries_across_a_break():
+    """The runner rewrites a mutated dict whose new contents read its old entries (Hugging Face's
+    ``kwargs``): every new value is computed before any container is cleared (it was a KeyError)."""
+    def fn(x, options, items):
+        options["scale"] = 2.0
+        items.append(items[0] * 2)
+        y = x.sin() * options["t"]
+        print("break")
+        return y * options["scale"] + items[-1]
+
+    check(fn, (t(4), {"t": t(4)}, [t(4)]), (t(4), {"t": t(4), "u": 1}, [t(4)]), graphs=2, breaks=1)
