@@ -114,9 +114,24 @@ def partial_attr(tx: Any, partial: PartialValue, name: str) -> V.Value:
 def can_instantiate(cls: type) -> bool:
     """Classes whose construction capture can follow: plain ``__new__``, an ordinary metaclass, and no
     C base class other than object / dict / OrderedDict holding state we cannot model."""
-    if type(cls) not in _PLAIN_METACLASSES or cls.__new__ not in _PLAIN_NEW:
+    if not _builds_like_type(type(cls)) or cls.__new__ not in _PLAIN_NEW:
         return False
     return all(base in _ALLOWED_C_BASES or base.__flags__ & _HEAP_TYPE for base in cls.__mro__)
+
+
+# what a metaclass would have to define to change how instances are made or looked up
+_INSTANCE_HOOKS = ("__call__", "__getattribute__", "__getattr__", "__instancecheck__", "__subclasscheck__")
+
+
+def _builds_like_type(metaclass: type) -> bool:
+    """A metaclass that makes instances as ``type`` does: a plain one, or one that customizes only
+    class creation or writes to the class (transformers 5.24's ModelOutput metaclass renames the
+    keywords of each subclass's ``__init__`` as it is set: its instances are ordinary)."""
+    if metaclass in _PLAIN_METACLASSES:
+        return True
+    return issubclass(metaclass, type) and not any(
+        name in vars(base) for base in metaclass.__mro__ if base not in _PLAIN_METACLASSES and base is not object
+        for name in _INSTANCE_HOOKS)
 
 
 # ---------------------------------------------------------------- attributes

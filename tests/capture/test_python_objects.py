@@ -91,6 +91,68 @@ def test_model_output_dataclass_ordered_dict(compile_fn):
     assert n == 2 and has_loss is False
 
 
+class _RenamingMeta(type):
+    """transformers 5.24's ModelOutput metaclass: wraps each subclass's __init__ as it is set."""
+
+    def __setattr__(cls, name, value):
+        if name == "__init__":
+            init = value
+
+            @functools.wraps(init)
+            def __init__(self, *args, **kwargs):
+                if "old_logits" in kwargs:
+                    kwargs["logits"] = kwargs.pop("old_logits")
+                init(self, *args, **kwargs)
+            value = __init__
+        super().__setattr__(name, value)
+
+
+class MetaOutput(Output, metaclass=_RenamingMeta):
+    pass
+
+
+@dataclasses.dataclass
+class MetaLMOutput(MetaOutput):
+    logits: torch.Tensor | None = None
+    hidden: tuple | None = None
+
+
+def test_model_output_with_a_metaclass_that_wraps_init(compile_fn):
+    def f(x):
+        out = MetaLMOutput(old_logits=x * 2, hidden=(x,))
+        return MetaLMOutput(logits=out[0] + out.logits, hidden=out.hidden)
+
+    _, out = captured_once(compile_fn, f, torch.randn(3))
+    assert type(out) is MetaLMOutput and list(out.keys()) == ["logits", "hidden"]
+
+
+class _CountingMeta(type):
+    calls = 0
+
+    def __call__(cls, *args, **kwargs):
+        _CountingMeta.calls += 1
+        return super().__call__(*args, **kwargs)
+
+
+class Counted(metaclass=_CountingMeta):
+    def __init__(self, value):
+        self.value = value
+
+
+def test_a_metaclass_call_runs_natively(compile_fn):
+    """A metaclass with __call__ decides how instances are made: not traced, and its effect happens
+    once per call, as in eager."""
+    def f(x):
+        return Counted(x + 1).value * 2
+
+    compiled = compile_fn(f)
+    x = torch.randn(3)
+    before = _CountingMeta.calls
+    for _ in range(2):
+        assert_same(compiled(x), f(x))
+    assert _CountingMeta.calls - before == 4
+
+
 @dataclasses.dataclass
 class Stats:
     total: torch.Tensor

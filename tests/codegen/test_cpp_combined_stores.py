@@ -11,6 +11,7 @@ import torch
 
 import ember
 from ember.codegen import cpp, cpp_rows
+from ember.lower import scheduler
 from test_cpp_row_cache import PointwiseBlock
 
 
@@ -54,7 +55,9 @@ def test_pointwise_block_terms_combined(monkeypatch, backward_buffers, shape):
 
 
 def test_pass_removes_two_buffers(monkeypatch):
-    """The backward's Schedule: three terms -> one buffer."""
+    """The backward's Schedule: three terms -> one buffer.  Every load counts towards a value's cost,
+    as before 0d4f7ec: since then the block recomputes the terms and stores none of them."""
+    monkeypatch.setattr(scheduler, "SMALL_LOAD_RATIO", 10**9)
     schedules = []
     combine = cpp_rows.combine_stored_terms
 
