@@ -140,6 +140,7 @@ class CapturedFunction:
         self._dynamic_dims: dict[str, set[int | str]] = {}
         self._seen_shapes: dict[str, tuple[tuple[int, ...], int]] = {}   # (shape, storage offset) first seen
         self._static_only = False                        # a dynamic compile failed: static from now on
+        self._warned_bind = False
         _ALL.add(self)
 
     def _compile_part(self, fn: Any) -> CapturedFunction:
@@ -177,8 +178,10 @@ class CapturedFunction:
         spec = self.spec
         try:
             L = spec.bind(args, kwargs)
-        except TypeError:
-            return spec.call_eagerly(args, kwargs)  # the same error eager raises
+        except TypeError as error:
+            result = spec.call_eagerly(args, kwargs)  # the same error eager raises
+            self._bind_failed(error)                  # eager did not raise: ember's own failure
+            return result
         G = spec.globals
         failures: list[tuple[CacheEntry, int]] = []
         for entry in self.entries:
@@ -189,6 +192,16 @@ class CapturedFunction:
                 return entry.epilogue(L, G, entry.run(result))
             failures.append((entry, result))
         return self._miss(L, args, kwargs, failures)
+
+    def _bind_failed(self, error: TypeError) -> None:
+        """Arguments eager accepts that ember's binder rejected: never silently eager."""
+        message = (f"ember could not bind the arguments of {self.spec.name} ({error}); "
+                   f"the call ran eagerly")
+        if self.fullgraph:
+            raise CompileError(message, stage="capture", hint="report this as an ember bug")
+        if not self._warned_bind:
+            self._warned_bind = True
+            warnings.warn(f"{message}, and calls like it will run eagerly too", stacklevel=4)
 
     # ------------------------------------------------------------------ misses
     def _miss(self, L: dict, args: tuple, kwargs: dict, failures: list[tuple[CacheEntry, int]]) -> Any:

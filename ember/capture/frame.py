@@ -48,7 +48,12 @@ class FrameSpec:
         self.target = fn
         self.code: types.CodeType = self.function.__code__
         self.globals: dict = self.function.__globals__
-        self.self_name = self.code.co_varnames[0] if self.bound_self is not None else None
+        # a bound self of a function with no named positional parameters lands in its *args
+        # (transformers 5.24 wraps every model's forward in ``def wrapped_func(*args, **kwargs)``)
+        self.self_in_varargs = (self.bound_self is not None and self.code.co_argcount == 0
+                                and bool(self.code.co_flags & CO_VARARGS))
+        named_self = self.bound_self is not None and not self.self_in_varargs
+        self.self_name = self.code.co_varnames[0] if named_self else None
         self.binder = self._make_binder()
 
     @property
@@ -81,7 +86,7 @@ class FrameSpec:
         parts += kwonly
         if varkw:
             parts.append("**" + varkw)
-        if self.bound_self is not None:
+        if self.self_name is not None:
             parts.pop(0)
             if parts and parts[0] == "/":
                 parts.pop(0)
@@ -94,6 +99,8 @@ class FrameSpec:
         return binder
 
     def bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        if self.self_in_varargs:
+            return self.binder(self.bound_self, *args, **kwargs)
         L = self.binder(*args, **kwargs)
         if self.self_name is not None:
             L[self.self_name] = self.bound_self
@@ -130,9 +137,9 @@ def capture_frame(spec: FrameSpec, L: dict[str, Any], session: CaptureSession) -
         session.root_code = spec.code  # a graph break can resume this frame (hooks would run after it)
     if spec.module is not None:
         args, kwargs = _module_call_arguments(spec.code, local_values)
+        module, args = args[0], args[1:]       # the forward's self: named, or the first of its *args
         root = RootContext(session, spec.code)
-        result = call_module(root, local_values[spec.self_name], args, kwargs)
-        return result
+        return call_module(root, module, args, kwargs)
     cells = {name: RealCell(cell, name)
              for name, cell in zip(spec.code.co_freevars, spec.function.__closure__ or ())}
     translator = InstructionTranslator(session, spec.code, spec.globals, local_values, cells,
@@ -143,10 +150,11 @@ def capture_frame(spec: FrameSpec, L: dict[str, Any], session: CaptureSession) -
 
 
 def _module_call_arguments(code: types.CodeType, local_values: dict[str, V.Value]) -> tuple[list, dict]:
-    """Turn the bound forward() locals back into call arguments (hooks see them as args/kwargs)."""
+    """Turn the bound forward() locals back into call arguments, self first (hooks see them as
+    args/kwargs)."""
     names = code.co_varnames
     n_positional = code.co_argcount
-    args: list[V.Value] = [local_values[n] for n in names[1:n_positional]]
+    args: list[V.Value] = [local_values[n] for n in names[:n_positional]]
     kwargs: dict[str, V.Value] = {n: local_values[n] for n in names[n_positional:n_positional + code.co_kwonlyargcount]}
     index = n_positional + code.co_kwonlyargcount
     if code.co_flags & CO_VARARGS:

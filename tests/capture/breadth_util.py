@@ -78,7 +78,9 @@ def check_module_training(module: torch.nn.Module, *calls: tuple, kwargs: dict |
             if q.grad is None:
                 assert p.grad is None, name
             else:
-                torch.testing.assert_close(p.grad, q.grad, msg=name, rtol=1e-4, atol=1e-4)
+                # fp32 sums over the batch in another order: an error relative to the gradient's scale
+                scale = max(1.0, q.grad.abs().max().item())
+                torch.testing.assert_close(p.grad, q.grad, msg=name, rtol=1e-4, atol=1e-4 * scale)
         for a, b in zip(inputs, twin_inputs):
             if isinstance(a, torch.Tensor) and a.requires_grad:
                 torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)

@@ -177,3 +177,77 @@ def test_module_attribute_assignment_is_replayed():
         captured(x)
         assert model.calls == i + 1
     assert torch.equal(model.last, x)
+
+
+# ---------------------------------------------------------------- forward behind an (*args, **kwargs) wrapper
+def _keyword_renaming(fn):
+    """transformers 5.24's deprecate_kwarg: the forward every model exposes takes (*args, **kwargs),
+    so the module's self arrives as args[0]."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped_func(*args, **kwargs):
+        if "old_scale" in kwargs:
+            kwargs["scale"] = kwargs.pop("old_scale")
+        return fn(*args, **kwargs)
+    return wrapped_func
+
+
+class WrappedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    @_keyword_renaming
+    def forward(self, x, scale=1.0):
+        return torch.tanh(self.linear(x)) * scale
+
+
+def test_a_forward_taking_self_in_its_varargs_is_captured():
+    import ember
+    model = WrappedForward()
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(model, fullgraph=True)
+    for kwargs in ({}, {"scale": 2.0}, {"old_scale": 3.0}):
+        x = torch.randn(3, 4, requires_grad=True)
+        x_twin = x.detach().clone().requires_grad_(True)
+        actual, expected = compiled(x, **kwargs), twin(x_twin, **kwargs)
+        assert_same(actual, expected)
+        actual.sum().backward()
+        expected.sum().backward()
+        assert_same(x.grad, x_twin.grad)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    report = ember.explain(model, torch.randn(3, 4))
+    assert (report.graph_count, report.break_count) == (1, 0) and report.kernel_count > 0, str(report)
+
+
+def test_arguments_ember_cannot_bind_are_loud(monkeypatch):
+    """A binder failure that eager does not share runs the call eagerly with a warning (never
+    silently), and is a CompileError under fullgraph=True."""
+    import warnings
+
+    import pytest
+
+    import ember
+    from ember.errors import CompileError
+
+    def fn(x):
+        return x * 2
+
+    def failing_binder(*args, **kwargs):
+        raise TypeError("no binding")
+
+    for fullgraph in (False, True):
+        compiled = ember.compile(fn, fullgraph=fullgraph)
+        monkeypatch.setattr(compiled._ember_captured.spec, "binder", failing_binder)
+        x = torch.randn(3)
+        if fullgraph:
+            with pytest.raises(CompileError, match="could not bind"):
+                compiled(x)
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert_same(compiled(x), fn(x))
+            assert_same(compiled(x), fn(x))
+        assert [str(w.message).count("could not bind") for w in caught] == [1]
