@@ -193,8 +193,11 @@ def _stage(name: str) -> Iterator[None]:
 
 
 @full_collections_deferred()
-def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: CompileOptions) -> CompiledGraph:
-    """Loop IR, fused kernels and the host program for a prim-level graph."""
+def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: CompileOptions,
+                       after_schedule: Callable[[Schedule], None] | None = None) -> CompiledGraph:
+    """Loop IR, fused kernels and the host program for a prim-level graph.  ``after_schedule`` is
+    called with the Schedule before the kernels are generated (a training forward starts its
+    backward's compile there)."""
     if enabled("prim_graph"):
         log("prim_graph", str(prim_graph))
     with _stage("lower"):
@@ -203,6 +206,8 @@ def compile_prim_graph(prim_graph: Graph, specs: list[InputSpec], options: Compi
             program = split_reductions(program, _device_of(specs).type)
         device = _device_of(specs)
         sched = schedule(program, row_arrays=not _uses_triton(device, options))
+    if after_schedule is not None:
+        after_schedule(sched)
     with _stage("codegen"):
         compiled = _generate(prim_graph, sched, specs, options)
     if options.mode == "reduce-overhead":

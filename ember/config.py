@@ -32,6 +32,10 @@ split_reductions: bool = os.environ.get("EMBER_SPLIT_REDUCTIONS", "1") != "0"
 # EMBER_COLUMN_MIN_PROGRAMS=0 keeps 64 (A/B runs)
 column_min_programs: int = int(os.environ.get("EMBER_COLUMN_MIN_PROGRAMS", "1024"))
 
+# when a training graph's backward compiles: "cuda" (default: in a thread from the moment the forward
+# is scheduled, for CUDA graphs), "always" (CPU graphs too), "never" (at the first backward call)
+compile_backward_early: str = os.environ.get("EMBER_COMPILE_BACKWARD_EARLY", "cuda")
+
 # GPU kernels compile in this many worker processes (Triton's front end holds the GIL, so threads
 # compiled one kernel at a time); EMBER_COMPILE_PROCESSES=0 compiles in threads of this process
 compile_processes: int = int(os.environ.get("EMBER_COMPILE_PROCESSES", str(min(16, os.cpu_count() or 1))))

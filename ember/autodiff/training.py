@@ -5,7 +5,8 @@
 
 prim graph -> joint graph (joint.py) -> min-cut partition (partition.py) -> the forward is
 compiled now, the backward on its first use (both by ``backend.compile_prim_graph``, from
-metadata).  The forward returns its outputs plus the saved values; ``_CompiledFunction`` keeps
+metadata); on CUDA the backward starts compiling in a thread as soon as the forward is
+scheduled (``BackgroundBackward``), so both halves' kernels build together.  The forward returns its outputs plus the saved values; ``_CompiledFunction`` keeps
 the saved tensors with ``ctx.save_for_backward`` (so ``retain_graph``, the "backward twice"
 error and the check that no saved tensor was modified in place behave as in eager).  Its
 backward reads them, lets ctx drop them (``ctx.maybe_clear_saved_tensors``: unless autograd
@@ -56,16 +57,78 @@ def compile_training(graph: Graph, prim_graph: Graph, specs: list, options: Comp
     # a CUDA-graph runner hands out the first outputs to the caller; the rest are saved for backward
     forward_graph.extra["cudagraph_visible_outputs"] = len(prim_graph.outputs)
     forward_graph.extra["free_layout_outputs"] = _free_layout_outputs(parts, len(prim_graph.outputs))
-    forward = compile_prim_graph(forward_graph, specs, options)
-    _adopt_saved_layouts(parts, forward.schedule, len(prim_graph.outputs))
-    step = TrainingStep(forward, parts, joint, prim_graph, graph, options)
-    if any(isinstance(spec, TensorMeta) and any(map(is_symbolic, (*spec.shape, spec.storage_offset)))
-           for spec in specs):
+    symbolic = any(isinstance(spec, TensorMeta) and any(map(is_symbolic, (*spec.shape, spec.storage_offset)))
+                   for spec in specs)
+    early: list[BackgroundBackward] = []
+
+    def start_backward(sched: Any) -> None:
+        """The forward is scheduled: the saved values' layouts are known, so the backward can start
+        compiling in a thread while the forward's kernels build (module docstring)."""
+        _adopt_saved_layouts(parts, sched, len(prim_graph.outputs))
+        saved = [p.meta for p in parts.backward.placeholders[:len(parts.saved)]]
+        if all(isinstance(m, TensorMeta) for m in saved):
+            early.append(BackgroundBackward(parts.backward, saved, options))
+
+    background = not symbolic and _compiles_backward_early(specs, options)
+    forward = compile_prim_graph(forward_graph, specs, options, after_schedule=start_backward if background else None)
+    if not background:
+        _adopt_saved_layouts(parts, forward.schedule, len(prim_graph.outputs))
+    step = TrainingStep(forward, parts, joint, prim_graph, graph, options, early[0] if early else None)
+    if symbolic:
         # size symbols: the backward compiles now, while guards may still be added (they are
         # frozen once the forward's guards are built); its failure makes the graph static
         step.compile_backward()
     return CompiledGraph(step, "autograd", forward.source, forward.kernel_count, forward.extern_count,
                          forward.schedule)
+
+
+def _compiles_backward_early(specs: list, options: CompileOptions) -> bool:
+    """``config.compile_backward_early``: "cuda" (CUDA graphs whose kernels Triton builds: the
+    thread's lowering runs while the forward waits for its kernels), "always", or "never"."""
+    from ember import config
+    from ember.codegen.triton import interpret_requested
+    when = config.compile_backward_early
+    if when == "cuda":
+        return any(isinstance(s, TensorMeta) and s.device.type == "cuda" for s in specs) and not interpret_requested()
+    return when == "always"
+
+
+class BackgroundBackward:
+    """The backward compiling in a thread from the moment the forward is scheduled (its kernels then
+    build in the worker processes beside the forward's: ResNet-50's first training step on the
+    H200 spent 3.4 s compiling a backward only after its forward had compiled and run).  The first
+    backward call waits for it; its failure is raised there, as a lazy compile's would be."""
+
+    def __init__(self, backward_graph: Graph, saved_specs: list, options: CompileOptions) -> None:
+        import contextvars
+        self._result: Any = None
+        self._error: BaseException | None = None
+        specs = _backward_specs(backward_graph, saved_specs)
+        context = contextvars.copy_context()      # the compiling thread's settings (interpret mode)
+        self._thread = threading.Thread(target=context.run, args=(self._compile, backward_graph, specs, options),
+                                        name="ember-backward-compile", daemon=True)
+        self._thread.start()
+
+    def _compile(self, backward_graph: Graph, specs: list, options: CompileOptions) -> None:
+        from ember.backend import compile_prim_graph
+        try:
+            self._result = compile_prim_graph(backward_graph, specs, options)
+        except BaseException as exc:  # noqa: BLE001 - raised again at the first backward
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def _backward_specs(backward_graph: Graph, saved_specs: list) -> list:
+    """The backward's input specs (the saved values', then the tangents'); marks the graph as a
+    backward that takes one list it empties (see _CompiledFunction.backward)."""
+    backward_graph.extra["boxed_inputs"] = True
+    backward_graph.extra["backward"] = True     # the scheduler's memory rules
+    return saved_specs + [p.meta for p in backward_graph.placeholders[len(saved_specs):]]
 
 
 def _check_supported(prim_graph: Graph) -> None:
@@ -139,8 +202,9 @@ class TrainingStep:
     """The callable of an autograd CompiledGraph."""
 
     def __init__(self, forward: Any, parts: Partition, joint: Joint, prim_graph: Graph, torch_graph: Graph,
-                 options: CompileOptions) -> None:
+                 options: CompileOptions, early_backward: BackgroundBackward | None = None) -> None:
         self.forward = forward.call
+        self._early_backward = early_backward
         self.backward_graph = parts.backward
         self.options = options
         self.extra = prim_graph.extra
@@ -217,14 +281,16 @@ class TrainingStep:
         values: ``saved_specs``, known at the first backward).  Raises CompileError."""
         from ember.backend import compile_prim_graph
         from ember.errors import CompileError
+        if self._early_backward is not None:
+            early, self._early_backward = self._early_backward, None
+            self.backward_compiled = early.result()
+            self._backward = self.backward_compiled.call
+            return
         if saved_specs is None:
             if not all(isinstance(s, TensorMeta) for s in self.saved_metas):
                 raise CompileError("the backward saves a Python value: compiled at its first call", stage="autodiff")
             saved_specs = list(self.saved_metas)
-        specs = saved_specs + [p.meta for p in self.backward_graph.placeholders[self.num_saved:]]
-        # the backward takes one list that it empties (see _CompiledFunction.backward)
-        self.backward_graph.extra["boxed_inputs"] = True
-        self.backward_graph.extra["backward"] = True     # the scheduler's memory rules
+        specs = _backward_specs(self.backward_graph, saved_specs)
         self.backward_compiled = compile_prim_graph(self.backward_graph, specs, self.options)
         self._backward = self.backward_compiled.call
 

@@ -43,6 +43,7 @@ from typing import Any
 from ember import config
 from ember.debug.logs import log
 from ember.errors import CompileError
+from ember.runtime import triton_worker
 
 # statistics for benchmarks and tests
 stats = {"kernels_compiled": 0, "compile_seconds": 0.0, "modules_written": 0, "module_cache_hits": 0}
@@ -74,26 +75,26 @@ def load_module(source: str, interpret: bool | None = None) -> Any:
     with _lock:
         if key in _modules:
             return _modules[key]
-        if _holds(path, source):
-            stats["module_cache_hits"] += 1
-        else:                              # missing, or not what ember wrote (truncated, edited): rewrite
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
-                                       dir=os.path.dirname(path))
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)          # concurrent processes never see half a file
-            stats["modules_written"] += 1
-        name = "ember_triton_" + os.path.basename(path)[:-3] + ("_interp" if interpret else "")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module         # Triton reads the kernels' source through inspect
-        # run the source we hold (the file on disk holds the same): no __pycache__ .pyc ember did not write
-        exec(compile(source, path, "exec"), module.__dict__)
+        _write_module(source, path)
+        module = triton_worker.module_from_source(source, path, "_interp" if interpret else "")
         if interpret:
             _to_interpreted(module)
         _modules[key] = module
         return module
+
+
+def _write_module(source: str, path: str) -> None:
+    """The source at ``path`` in the kernel cache, written unless it holds exactly that already."""
+    if _holds(path, source):
+        stats["module_cache_hits"] += 1
+        return
+    # missing, or not what ember wrote (truncated, edited): rewrite
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    os.replace(tmp, path)          # concurrent processes never see half a file
+    stats["modules_written"] += 1
 
 
 def _holds(path: str, source: str) -> bool:
@@ -285,39 +286,29 @@ def _index_error_inside(error: BaseException | None) -> BaseException | None:
     return None
 
 
+def kernel_spec(kernel: Any) -> triton_worker.KernelSpec:
+    return triton_worker.KernelSpec(kernel.name, tuple(kernel.signature.items()), tuple(kernel.aligned),
+                                    kernel.config.num_warps, kernel.config.kind == "looped",
+                                    bool(getattr(kernel, "checks_indices", False)))
+
+
 def _compile(fn: Any, kernel: Any, aligned: list[bool], target: Any = None) -> Any:
     """``target``: a ``triton.backends.compiler.GPUTarget``; default the current device.  Tests name
     one to check that kernels build for a GPU on a machine without one."""
     import triton
-    from triton.compiler import ASTSource
-    attrs = {(i,): [["tt.divisibility", 16]] for i, ok in enumerate(aligned) if ok}
     target = target or triton.runtime.driver.active.get_current_target()
-    options = {"num_warps": kernel.config.num_warps, "num_stages": 1 if kernel.config.kind != "looped" else 2}
-    if getattr(kernel, "checks_indices", False):
-        # tl.device_assert is compiled only with debug; debug alone would also add integer-overflow
-        # checks to every add/mul (index arithmetic wraps on purpose), so those stay off
-        options.update(debug=True, sanitize_overflow=False)
     try:
-        return triton.compile(ASTSource(fn, dict(kernel.signature), None, attrs), target=target, options=options)
+        binary, note = triton_worker.compile_kernel(fn, kernel_spec(kernel), target, tuple(aligned))
     except Exception as exc:
-        if attrs:
-            # Triton 3.6's TritonGPURemoveLayoutConversions breaks SSA dominance for some looped
-            # reductions with many stores when told the pointers are 16-byte aligned (MobileNetV3's
-            # hardswish + squeeze-excite mean): without the hint it builds, a little slower
-            try:
-                compiled = triton.compile(ASTSource(fn, dict(kernel.signature), None, {}), target=target,
-                                          options=options)
-                log("output_code", f"{kernel.name}: built without alignment hints ({type(exc).__name__}: "
-                                   f"{str(exc).splitlines()[0] if str(exc) else ''})")
-                return compiled
-            except Exception:  # noqa: BLE001 - report the first failure
-                pass
         raise CompileError(f"Triton failed to compile {kernel.name}: {type(exc).__name__}: {exc}",
                            stage="runtime", op=kernel.name) from exc
+    if note:
+        log("output_code", f"{kernel.name}: {note}")
+    return binary
 
 
 _process_pool: Any = None
-PROCESS_MIN_KERNELS = 16      # fewer compile about as fast in threads as cold workers start
+PROCESS_MIN_KERNELS = 4       # fewer compile about as fast in threads as workers start (~0.3 s)
 
 
 def _compile_workers() -> Any:
@@ -341,13 +332,9 @@ def start_compile_workers() -> None:
         pool = _compile_workers()
         if pool is not None:
             for _ in range(config.compile_processes):
-                pool.submit(_worker_ready)
+                pool.submit(triton_worker.ready)
     except Exception:  # noqa: BLE001 - no worker processes here: threads only
         config.compile_processes = 0
-
-
-def _worker_ready() -> None:
-    _warm_triton_key()
 
 
 _key_warming: threading.Thread | None = None
@@ -394,31 +381,34 @@ def _precompile_in_processes(source: str, kernels: list, target: Any = None) -> 
         if target is None:
             import triton
             target = triton.runtime.driver.active.get_current_target()
-        futures = [pool.submit(_compile_in_worker, source, kernel, target, caches) for kernel in kernels]
+        path, key = module_path(source), _cache_key()
+        with _lock:
+            _write_module(source, path)
+        futures = [pool.submit(triton_worker.compile_in_worker, path, kernel_spec(kernel), target, key, caches)
+                   for kernel in kernels]
         concurrent.futures.wait(futures)
     except Exception:  # noqa: BLE001 - no worker processes here (a sandbox, a broken pool): threads only
         config.compile_processes = 0
 
 
-def _compile_in_worker(source: str, kernel: Any, target: Any, caches: dict[str, str]) -> str | None:
-    os.environ.update(caches)      # the parent's caches as they are now (a harness sets them per run)
+def _cache_key() -> str | None:
+    """Triton's cache key, hashed here once (in the background since the graph began compiling):
+    the workers take it instead of hashing libtriton.so each (triton_worker.use_cache_key)."""
+    thread = _key_warming
+    if thread is not None:
+        thread.join()
     try:
-        module = load_module(source, interpret=False)
-        _compile(getattr(module, kernel.name), kernel, kernel.aligned, target)
-    except Exception as exc:  # noqa: BLE001 - reported by the parent's own compile
-        return str(exc)
-    return None
+        from triton.runtime.cache import triton_key
+        return triton_key()
+    except Exception:  # noqa: BLE001 - the workers hash it themselves
+        return None
 
 
 def _warm_launcher(binary: Any) -> Any:
     """Build the kernel's host launcher now, in the pool: Triton compiles one C stub per kernel
     signature with gcc on first launch, one after another in the main thread (12 s of ViT's cold
-    training compile).  Best effort: the first launch builds it otherwise."""
-    try:
-        import triton
-        triton.runtime.driver.active.launcher_cls(binary.src, binary.metadata)
-    except Exception:  # noqa: BLE001 - an optimization only
-        pass
+    training compile)."""
+    triton_worker.warm_launcher(binary)
     return binary
 
 

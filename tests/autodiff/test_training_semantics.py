@@ -525,10 +525,10 @@ def _failing_backward_compile(monkeypatch):
     from ember.errors import CompileError
     real = ember.backend.compile_prim_graph
 
-    def compile_prim_graph(graph, specs, options):
+    def compile_prim_graph(graph, specs, options, **kwargs):
         if any(p.name.startswith("tangent") for p in graph.placeholders):
             raise CompileError("the kernel compiler failed", stage="runtime")
-        return real(graph, specs, options)
+        return real(graph, specs, options, **kwargs)
     monkeypatch.setattr(ember.backend, "compile_prim_graph", compile_prim_graph)
 
 

@@ -104,3 +104,24 @@ def test_tritons_cache_key_is_hashed_in_the_background(monkeypatch):
     assert triton_build._key_warming is thread
     thread.join(60)
     assert triton_key.cache_info().currsize == 1    # the first compile finds it
+
+
+def test_workers_import_triton_but_not_torch(monkeypatch):
+    """A worker imports ember.runtime.triton_worker, whose package init skips the rest of ember in
+    a process named ember-worker-*: importing torch took each worker 6 s on the H200 machine."""
+    monkeypatch.setattr(config, "compile_processes", 2)
+    monkeypatch.setattr(triton_build, "_process_pool", None)
+    try:
+        pool = triton_build._compile_workers()
+        assert pool.submit(triton_build.triton_worker.ready).result(120) is True
+    finally:
+        if triton_build._process_pool is not None:
+            triton_build._process_pool.shutdown()
+            triton_build._process_pool = None
+
+
+def test_workers_take_the_parents_cache_key(monkeypatch):
+    import triton.runtime.cache as cache
+    monkeypatch.setattr(cache, "triton_key", cache.triton_key)      # restored after the test
+    triton_build.triton_worker.use_cache_key("parent-key")
+    assert cache.triton_key() == "parent-key"
