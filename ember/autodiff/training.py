@@ -110,9 +110,15 @@ class BackgroundBackward:
         self._thread.start()
 
     def _compile(self, backward_graph: Graph, specs: list, options: CompileOptions) -> None:
+        import contextlib
+
         from ember.backend import compile_prim_graph
+        # a new thread's current CUDA device is 0: kernels load, and launch on the streams of, the
+        # device their tensors are on (as in autograd's device thread, where a lazy compile ran)
+        device = next((s.device for s in specs if isinstance(s, TensorMeta) and s.device.type == "cuda"), None)
         try:
-            self._result = compile_prim_graph(backward_graph, specs, options)
+            with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+                self._result = compile_prim_graph(backward_graph, specs, options)
         except BaseException as exc:  # noqa: BLE001 - raised again at the first backward
             self._error = exc
 
