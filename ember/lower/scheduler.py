@@ -247,7 +247,33 @@ class _Scheduler:
         for node in self.nodes.values():
             if isinstance(node, ir.Extern):
                 forced |= node.reads()
-        return forced
+        return forced | self._compared_with_their_extremum()
+
+    def _compared_with_their_extremum(self) -> set[str]:
+        """Computed values compared with a max or min of themselves (the gradient mask of amax:
+        ``eq(x, amax(x))``): stored once and read by both, as eager does.  Recomputed, the
+        reduction and the comparison may compute them with different code: g++ vectorizes each
+        pass of a row kernel on its own (libmvec's SIMD expf in one, glibc's scalar expf or
+        another SIMD width in the other), so no element equalled the maximum and the gradient of
+        ``exp(x).amax()`` was 0 / 0 = NaN on the CPU."""
+        extremum_inputs: dict[str, set[str]] = {}
+        for name, node in self.nodes.items():
+            if isinstance(node, ir.Reduction) and node.reduction_type in _EXTREMA:
+                extremum_inputs[name] = set(ir.load_buffers(node.body))
+        if not extremum_inputs:
+            return set()
+        compared: set[str] = set()
+        for node in self.nodes.values():
+            if not isinstance(node, ir.Pointwise):
+                continue
+            for op in ir.walk(node.body):
+                if isinstance(op, ir.Op) and op.op in _COMPARISONS and len(op.args) == 2:
+                    sides = [set(ir.load_buffers(arg)) for arg in op.args]
+                    for reduction, values in extremum_inputs.items():
+                        for this, other in (sides, sides[::-1]):
+                            if reduction in other:
+                                compared |= values & this
+        return {name for name in compared if isinstance(self.nodes.get(name), ir.Pointwise)}
 
     def is_inlined(self, name: str) -> bool:
         node = self.nodes[name]
@@ -1155,6 +1181,8 @@ EXPENSIVE_OPS = 16
 # a reduction reading at least this many elements per output may fuse into a kernel before an Extern
 SMALL_OUTPUT_RATIO = 32
 EXPENSIVE_LOADS = 4
+_EXTREMA = frozenset({"max", "min", "argmax", "argmin"})
+_COMPARISONS = frozenset({"eq", "ne", "ge", "gt", "le", "lt"})
 SMALL_LOAD_RATIO = 8
 
 
