@@ -449,16 +449,19 @@ vjp_rule("argmax", "argmin")(_none_for_all)
 
 @vjp_rule("var_mean")
 def var_mean_vjp(grad: tuple[Grad, Grad], out: tuple[Value, Value], x: Value, dims: Sequence[int],
-                 correction: Any = 0) -> tuple[Grad, None, None]:
+                 correction: Any = 0, whole: bool = False) -> tuple[Grad, ...]:
     """var: 2 / (N - correction) * g * (x - mean); mean: g / N.  N == correction gives eager's
-    inf * (x - mean) (NaN where x == mean)."""
+    inf * (x - mean) (NaN where x == mean).  Called without dims (``whole``), eager clamps: where
+    N <= correction its gradient is g * inf, NaN where x == mean, whatever the sign of x - mean."""
     grad_var, grad_mean = grad
+    nones = (None,) * (3 + whole)
     if not _differentiable(x) or (grad_var is None and grad_mean is None):
-        return None, None, None
+        return (None,) + nones[1:]
     count = ops.reduced_numel(x, dims)
     dof = count - correction
+    clamped = whole and not is_symbolic(dof) and dof <= 0
     # with N a size symbol, 2 / (N - correction) in Python would pin N: the kernel divides instead
-    scale = None if is_symbolic(dof) else 2.0 / dof if dof != 0 else math.inf
+    scale = None if is_symbolic(dof) else math.inf if clamped or dof == 0 else 2.0 / dof
 
     def formula(*operands: Value) -> Value:
         operands = list(operands)
@@ -466,6 +469,8 @@ def var_mean_vjp(grad: tuple[Grad, Grad], out: tuple[Value, Value], x: Value, di
         if grad_var is not None:
             g, mean = operands.pop(0), operands.pop(0)
             centered = operands[-1] - _unreduce(mean, x, dims)
+            if clamped:
+                centered = ops.abs(centered)
             total = _unreduce(g * 2.0 / dof, x, dims) * centered if scale is None else \
                 scale * _unreduce(g, x, dims) * centered
         if grad_mean is not None:
@@ -474,7 +479,7 @@ def var_mean_vjp(grad: tuple[Grad, Grad], out: tuple[Value, Value], x: Value, di
         return total
     operands = ([grad_var, out[1]] if grad_var is not None else []) + \
         ([grad_mean] if grad_mean is not None else []) + [x]
-    return _opmath(formula, x, *operands), None, None
+    return (_opmath(formula, x, *operands),) + nones[1:]
 
 
 # ======================================================================= scans

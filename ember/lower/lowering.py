@@ -1077,7 +1077,8 @@ def _arg_reduction(kind: str):
     return lower
 
 
-def _var_mean(self: _Lowering, node: Node, x: TensorValue, dims: Any, correction: float = 0) -> tuple:
+def _var_mean(self: _Lowering, node: Node, x: TensorValue, dims: Any, correction: float = 0,
+              whole: bool = False) -> tuple:
     var = _reduction(self, node, x, dims, "welford_var", f"{node.name}_var", correction)
     mean = _reduction(self, node, x, dims, "welford_mean", f"{node.name}_mean")
     return (var, mean)

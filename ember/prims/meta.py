@@ -235,7 +235,8 @@ def arg_reduction_rule(x: TensorMeta, dim: int) -> TensorMeta:
     return _dense(_reduced_shape(x, (dim,)), torch.int64, x.device)
 
 
-def var_mean_rule(x: TensorMeta, dims: Sequence[int], correction: Any = 0) -> tuple[TensorMeta, TensorMeta]:
+def var_mean_rule(x: TensorMeta, dims: Sequence[int], correction: Any = 0,
+                  whole: bool = False) -> tuple[TensorMeta, TensorMeta]:
     out = _dense(_reduced_shape(x, dims), x.dtype, x.device)
     return out, out
 

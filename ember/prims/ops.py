@@ -354,9 +354,10 @@ def mean(x: Value, dims: Any = None, keepdim: bool = False, dtype: torch.dtype |
     return cast(div(total, reduced_numel(x, dims)), out_dtype)
 
 
-def var_mean(x: Value, dims: Any = None, correction: Any = 1, keepdim: bool = False) -> tuple[Value, Value]:
+def var_mean(x: Value, dims: Any = None, correction: Any = 1, keepdim: bool = False,
+             whole: bool = False) -> tuple[Value, Value]:
     dims = normalize_dims(dims, x.ndim)
-    var, avg = emit(P.var_mean, x, dims, correction)
+    var, avg = emit(P.var_mean, x, dims, correction, whole) if whole else emit(P.var_mean, x, dims, correction)
     if keepdim:
         var, avg = keep_dims(var, x, dims), keep_dims(avg, x, dims)
     return var, avg

@@ -181,8 +181,9 @@ amin = register_prim("amin", "reduction", lambda x, dims: x.amin(dims) if dims e
 argmax = register_prim("argmax", "reduction", lambda x, dim: x.argmax(dim), "argmax(x, dim) -> int64")
 argmin = register_prim("argmin", "reduction", lambda x, dim: x.argmin(dim), "argmin(x, dim) -> int64")
 var_mean = register_prim("var_mean", "reduction",
-                         lambda x, dims, correction=0: torch.var_mean(x, dims, correction=correction),
-                         "var_mean(x, dims, correction) -> (var, mean), Welford")
+                         lambda x, dims, correction=0, whole=False: torch.var_mean(x, dims, correction=correction),
+                         "var_mean(x, dims, correction, whole) -> (var, mean), Welford; whole: called without "
+                         "dims (eager's gradient then differs where N <= correction)")
 
 
 def _reduce_each(fn: Callable, x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:

@@ -107,3 +107,35 @@ def test_broadcast_operand_gradient_rounding(op, narrow, wide, shape):
             # within a rounding of the narrow dtype: eager's formulas round some of their own steps
             # there (atan2's self * self of a bf16 self), ember's run at the promoted dtype
             torch.testing.assert_close(a, e, rtol=2 * torch.finfo(narrow).eps, atol=1e-5)
+
+
+# ---------------------------------------------------------------- var/std with N <= correction
+# eager's var_backward: called without dims (or on a 0-d tensor) it clamps the degrees of freedom,
+# giving g * inf (NaN where x == mean) whatever the sign of x - mean; with dims given it divides by
+# N - correction as it is (inf * (x - mean) at 0, a finite negative factor below 0)
+TWO = [0.3, -1.2]
+DOF_CASES = [
+    ("var_whole_dof0", lambda a: torch.var(a, correction=2), TWO),
+    ("var_whole_dof_negative", lambda a: torch.var(a, correction=3), TWO),
+    ("var_dim_dof0", lambda a: torch.var(a, dim=0, correction=2), TWO),
+    ("var_dim_dof_negative", lambda a: torch.var(a, dim=0, correction=3), TWO),
+    ("std_whole_dof_negative", lambda a: torch.std(a, correction=3), TWO),
+    ("var_mean_whole_dof0", lambda a: torch.var_mean(a, correction=2)[0] * 2, [TWO]),
+    ("var_0d", lambda a: torch.var(a, correction=1), 0.7),
+    ("var_whole_one_element", lambda a: torch.var(a, dim=None, correction=2, keepdim=True), [0.7]),
+]
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+@pytest.mark.parametrize("name, fn, values", DOF_CASES, ids=[c[0] for c in DOF_CASES])
+def test_var_and_std_gradients_where_n_is_at_most_the_correction(name, fn, values):
+    x = torch.tensor(values)
+    results = []
+    for compiled in (False, True):
+        a = x.clone().requires_grad_(True)
+        out = (compile_strict(fn) if compiled else fn)(a)
+        out.backward(torch.full_like(out, 0.9))
+        results.append((out.detach(), a.grad))
+    (expected, expected_grad), (actual, actual_grad) = results
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+    torch.testing.assert_close(actual_grad, expected_grad, equal_nan=True)

@@ -59,8 +59,8 @@ def _var_mean(x: Value, dim: Any, unbiased: Any, keepdim: bool, correction: Any)
         raise RuntimeError(f"std and var only support floating point and complex dtypes, got {x.dtype}")
     if x.ndim == 0:  # one element: reduce it as a 1-D tensor (dims=() would reduce nothing: var 0, not NaN)
         ops.normalize_dims(dim, 0)  # eager's IndexError for a bad dim
-        return ops.var_mean(ops.reshape(x, (1,)), 0, correction, False)
-    return ops.var_mean(x, dim, correction, keepdim)
+        return ops.var_mean(ops.reshape(x, (1,)), 0, correction, False, whole=True)
+    return ops.var_mean(x, dim, correction, keepdim, whole=dim is None)
 
 
 @register(torch.var, T.var)
