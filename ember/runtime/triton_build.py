@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import importlib.util
 import inspect
 import os
-import sys
 import tempfile
 import threading
 import time

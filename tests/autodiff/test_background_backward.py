@@ -11,13 +11,12 @@ import copy
 
 import pytest
 import torch
+from test_training_semantics import _failing_backward_compile, check_fn, leaf
 from torch import nn
+from training_util import compile_plain, compile_strict
 
 from ember import config
 from ember.autodiff import training
-
-from test_training_semantics import _failing_backward_compile, check_fn, leaf
-from training_util import compile_plain, compile_strict
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from recording import compile_recording
 
 import ember
-
-from recording import compile_recording
 
 
 def exp_amax(a):
