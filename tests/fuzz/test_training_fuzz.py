@@ -1,7 +1,8 @@
 """Random programs trained: the fuzzer's straight-line programs (no in-place ops, no complex
 tensors) with every float32 and float64 input requiring grad (float64 too since seeds 6000..6299:
 186 of 300 programs had no output that required grad), compiled with dynamic=True (size symbols in the
-forward and the backward), over two calls with different input values.  Outputs and the gradients
+forward and the backward) and, for fewer seeds, with static sizes, over two calls with different
+input values.  Outputs and the gradients
 of a weighted sum of the outputs that require grad are compared with eager's.  A program eager
 cannot differentiate (floor_divide) or call (clamp with a tensor and a number) is skipped.  Seeds
 0..119 found a max(dim) gradient on ties that went to every tied element and symbolic sizes in a
@@ -42,11 +43,29 @@ def _differentiate(outputs: tuple, leaves: list, seed: int) -> list:
     return list(torch.autograd.grad(loss, wrt, allow_unused=True))
 
 
+# static sizes, the backward compiled in a thread while the forward builds (as on CUDA): seeds
+# 0..59 and, from session 23's sweep over 9000..9800, 9064 (var without dims where N < correction:
+# eager's gradient is NaN) and 9194 (exp's amax gradient NaN on the CPU: the value recomputed by
+# another vector form in the comparison's pass)
+STATIC_SEEDS = [*range(60), 9064, 9194]
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_program_gradients_with_symbolic_sizes(seed):
+    check_gradients(seed, dynamic=True)
+
+
+@pytest.mark.parametrize("seed", STATIC_SEEDS)
+def test_random_program_gradients_with_static_sizes(seed, monkeypatch):
+    from ember import config
+    monkeypatch.setattr(config, "compile_backward_early", "always")
+    check_gradients(seed, dynamic=None)
+
+
+def check_gradients(seed: int, dynamic: bool | None) -> None:
     program = generate(seed, complex_ops=False, inplace_ops=False, raise_rate=0)
     ember.reset()
-    compiled = ember.compile(program.function(), dynamic=True)
+    compiled = ember.compile(program.function(), dynamic=dynamic)
     eager = program.function()
     for call in range(2):
         raw = program.make_inputs(seed * 10 + call)
