@@ -37,3 +37,6 @@ class Unsupported(Exception):
         self.reason = reason
         self.source_line = source_line
         self.hint = hint
+        # the exception eager raises here, when capture evaluated the operation itself (a list
+        # index out of range, a raise statement): a try/except of the traced code can catch it
+        self.python_exception: BaseException | None = None

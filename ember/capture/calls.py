@@ -391,6 +391,13 @@ def _generator_context(tx: Any, args: list[V.Value], kwargs: dict[str, V.Value])
     return objects.GeneratorContextValue(generator)
 
 
+def _plain_exception_class(cls: type) -> bool:
+    """Builtin exceptions and subclasses that add no __init__ or __new__ of their own: making one runs
+    no user code."""
+    return all(base.__module__ == "builtins" or not ({"__init__", "__new__"} & set(vars(base)))
+               for base in cls.__mro__)
+
+
 def _is_simple_dataclass(cls: type) -> bool:
     """Built as a DataclassValue from its fields: nothing but the generated __init__ runs."""
     fields = dataclasses.fields(cls)
@@ -427,6 +434,12 @@ def _is_torch_op(fn: Any) -> bool:
 
 
 def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    if issubclass(cls, BaseException) and _plain_exception_class(cls):
+        # an exception to raise (or to keep): made now from constant arguments, as eager makes it
+        try:
+            return V.ConstantValue(cls(*[a.as_python() for a in args], **{k: v.as_python() for k, v in kwargs.items()}))
+        except Unsupported:
+            raise tx.unsupported(f"creating {cls.__name__} from values that are not Python constants") from None
     if cls in _GRAD_MODE_CLASSES:
         if cls is torch.set_grad_enabled:
             enabled = args[0].as_python() if args else kwargs["mode"].as_python()

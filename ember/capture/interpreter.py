@@ -68,6 +68,55 @@ def _decoded(code: types.CodeType) -> tuple[list[dis.Instruction], dict[int, int
     return cached
 
 
+class RaisedException(V.ConstantValue):
+    """An exception capture raised itself, exactly as eager raises it (exception_handler)."""
+
+
+_EXCEPTION_TABLES: dict[types.CodeType, list] = {}
+
+
+def _handler_entry(code: types.CodeType, offset: int) -> Any:
+    """The exception table entry covering ``offset`` (entries do not overlap), or None."""
+    table = _EXCEPTION_TABLES.get(code)
+    if table is None:
+        if len(_EXCEPTION_TABLES) > 4096:
+            _EXCEPTION_TABLES.clear()
+        table = _EXCEPTION_TABLES[code] = list(dis._parse_exception_table(code))
+    return next((entry for entry in table if entry.start <= offset < entry.end), None)
+
+
+def _handlers_catch_only_named_exceptions(code: types.CodeType) -> bool:
+    """Every handler of a generator is ``except SomeError:`` (not finally, with, a bare except or
+    BaseException/GeneratorExit): closing the suspended generator, as eager does when it is
+    dropped, then runs none of them (collections.abc.Sequence.__iter__ catches IndexError)."""
+    instructions, index_of = _decoded(code)
+    for entry in dis._parse_exception_table(code):
+        position = index_of[entry.target]
+        if instructions[position].opname != "PUSH_EXC_INFO":
+            continue            # a handler's own cleanup, or 3.12's StopIteration wrapper of generators
+        load, check = instructions[position + 1:position + 3]
+        if not load.opname.startswith("LOAD_") or check.opname != "CHECK_EXC_MATCH" or \
+                load.argval in ("BaseException", "GeneratorExit"):
+            return False
+    return True
+
+
+def _exception_of(value: V.Value) -> BaseException | None:
+    """The exception a raise statement raises: an instance, or a class made with no arguments."""
+    try:
+        obj = value.as_python()
+    except Unsupported:
+        return None
+    if isinstance(obj, BaseException):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, BaseException):
+        try:
+            return obj()
+        except Exception:  # noqa: BLE001 - a class eager cannot make without arguments either
+            return None
+    return None
+
+
 def _contents_source(cell: RealCell) -> Any:
     if cell.cell_source is not None:
         return AttrSource(cell.cell_source, "cell_contents")
@@ -92,10 +141,10 @@ class InstructionTranslator:
         if code.co_flags & CO_GENERATOR_LIKE:
             if not code.co_flags & CO_GENERATOR or code.co_flags & CO_ITERABLE_COROUTINE:
                 raise Unsupported(f"coroutine {code.co_name}()", session.current_line())
-            if any(inst.opname == "PUSH_EXC_INFO" for inst in _decoded(code)[0]) and \
+            if not _handlers_catch_only_named_exceptions(code) and \
                     not getattr(session, "generator_handlers_allowed", False):
                 # try/finally or with around a yield: eager runs the handler when the generator is closed
-                raise Unsupported(f"generator {code.co_name}() with try or with blocks "
+                raise Unsupported(f"generator {code.co_name}() with try/finally or with blocks "
                                   f"({code.co_filename}:{code.co_firstlineno})", session.current_line())
         if depth > MAX_INLINE_DEPTH:
             raise Unsupported("inlining too deep (recursion?)", session.current_line())
@@ -116,6 +165,7 @@ class InstructionTranslator:
         # second capture can stop at the same visit of the instruction that broke the graph
         self.visits: dict[int, int] = {}
         self.failed_instruction: dis.Instruction | None = None
+        self.handled: list[V.Value] = []      # the exceptions being handled (PUSH_EXC_INFO), innermost last
 
     # ------------------------------------------------------------ helpers
     def location(self) -> str:
@@ -188,6 +238,14 @@ class InstructionTranslator:
                 except ReturnSignal:
                     return self.return_value
                 except Unsupported as error:
+                    target = self.exception_handler(inst, error)
+                    if target is not None:
+                        index = self.index_of_offset[target]
+                        continue
+                    if self.handled and error.python_exception is None:
+                        # inside a handler capture entered: a continuation could not re-enter it
+                        # (a bare raise there has no exception to re-raise), so no split here
+                        error.eager_may_raise = True
                     self.failed_instruction = inst
                     if not error.source_line:
                         error.source_line = self.session.current_line()
@@ -203,6 +261,51 @@ class InstructionTranslator:
 
     def jump_target(self, inst: dis.Instruction) -> int:
         return inst.argval
+
+    # ------------------------------------------------------------ exceptions
+    # An exception that capture raised by evaluating the operation as eager does (a list index out
+    # of range in user code, a raise statement) goes to the frame's handler as in CPython: the
+    # exception table entry covering the instruction gives the handler, the stack depth to keep
+    # and whether the offset is pushed.  Every other failure stays a graph break.
+    def exception_handler(self, inst: dis.Instruction, error: Unsupported) -> int | None:
+        exception = error.python_exception
+        if exception is None:
+            return None
+        entry = _handler_entry(self.code, inst.offset)
+        if entry is None:
+            return None
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(V.ConstantValue(inst.offset))
+        self.push(RaisedException(exception))
+        return entry.target
+
+    def raised(self, exception: BaseException) -> Unsupported:
+        error = self.user_error(f"{type(exception).__name__}: {exception}")
+        error.python_exception = exception
+        return error
+
+    def PUSH_EXC_INFO(self, inst):
+        if not isinstance(self.stack[-1], RaisedException):
+            # a continuation entered at a handler with the exception a native step raised: the
+            # exception is a run-time value (its type is not guarded), so the handler runs natively
+            raise self.unsupported("an exception handler entered with a run-time exception")
+        exception = self.pop()
+        self.push(self.handled[-1] if self.handled else V.NONE)
+        self.handled.append(exception)
+        self.push(exception)
+
+    def POP_EXCEPT(self, inst):
+        self.pop()
+        if self.handled:
+            self.handled.pop()
+
+    def CHECK_EXC_MATCH(self, inst):
+        classes = self.pop().as_python()
+        self.push(V.ConstantValue(isinstance(self.stack[-1].as_python(), classes)))
+
+    def RERAISE(self, inst):
+        raise self.raised(self.pop().as_python())
 
     # ------------------------------------------------------------ no-ops
     def NOP(self, inst): pass
@@ -623,7 +726,20 @@ class InstructionTranslator:
         self.push(value)
 
     def RAISE_VARARGS(self, inst):
-        raise self.user_error("raise inside a compiled function")
+        if inst.arg == 0:                          # a bare raise: the exception being handled
+            if not self.handled:
+                raise self.user_error("raise with no exception being handled")
+            raise self.raised(self.handled[-1].as_python())
+        values = self.popn(inst.arg)
+        exception = _exception_of(values[0])
+        if exception is None:
+            raise self.user_error("raise inside a compiled function")
+        if inst.arg == 2:
+            cause = _exception_of(values[1])
+            if cause is None and not (isinstance(values[1], V.ConstantValue) and values[1].value is None):
+                raise self.user_error("raise ... from a value that is not an exception")
+            exception.__cause__ = cause
+        raise self.raised(exception)
 
     def LOAD_ASSERTION_ERROR(self, inst):
         raise self.user_error("assert that fails during capture")

@@ -25,10 +25,13 @@ from .session import is_library_module
 from .sources import AttrSource, ItemSource
 
 
-def user_error(session: Any, reason: str) -> Unsupported:
-    """The user's Python raises here in eager (IndexError, KeyError, AttributeError)."""
+def user_error(session: Any, reason: str, exception: BaseException | None = None) -> Unsupported:
+    """The user's Python raises here in eager (IndexError, KeyError, AttributeError).
+    ``exception``: the exception itself, when capture evaluated the operation exactly as eager
+    does (the traced code's own handlers may catch it: interpreter.py)."""
     error = Unsupported(reason, session.current_line())
     error.eager_may_raise = True
+    error.python_exception = exception
     return error
 
 BINARY_OPERATORS = {
@@ -281,16 +284,22 @@ def get_item(tx: Any, obj: V.Value, index: V.Value) -> V.Value:
         try:
             return obj.items[key]
         except (IndexError, TypeError) as error:
-            raise user_error(tx.session, f"indexing: {error}") from None
+            raise user_error(tx.session, f"indexing: {error}", error) from None
     if isinstance(obj, V.DictValue):
         key = _constant(tx, index, "[]")
         if key not in obj.items:
-            raise user_error(tx.session, f"KeyError {key!r}")
+            raise user_error(tx.session, f"KeyError {key!r}", KeyError(key))
         return obj.items[key]
     if isinstance(obj, V.ModuleValue):
         return modules.module_get_item(tx, obj, _constant(tx, index, "[]"))
     if isinstance(obj, V.ConstantValue):
-        return python_result(obj.value[_constant(tx, index, "[]")])
+        key = _constant(tx, index, "[]")
+        if isinstance(obj.value, (str, bytes, tuple, range)):       # immutable builtins: exact here
+            try:
+                return python_result(obj.value[key])
+            except (IndexError, TypeError) as error:
+                raise user_error(tx.session, f"indexing: {error}", error) from None
+        return python_result(obj.value[key])
     if objects.is_object_like(obj):
         result = objects.get_item(tx, obj, index, get_item)
         if result is not None:

@@ -199,13 +199,14 @@ def unbind(x: Value, dim: int = 0) -> tuple[Value, ...]:
 # ------------------------------------------------------------- cat, stack, pad
 @register(torch.cat, torch.concat, torch.concatenate)
 def cat(tensors: Sequence[Value], dim: int = 0) -> Value:
-    # legacy: 1-D empty tensors are skipped whatever the other ranks are
+    # legacy: 1-D empty tensors are skipped whatever the other ranks are, but their dtypes still
+    # take part in the result's (eager: cat([float32 empty, float16]) is float32)
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
     kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
     if not kept:
-        return tensors[0]
-    dtype = kept[0].dtype
-    for t in kept[1:]:
-        dtype = torch.promote_types(dtype, t.dtype)
+        return ops.full((0,), 0, dtype, tensors[0].device)     # a new tensor, as eager's
     dim = ops.normalize_dim(dim, kept[0].ndim)
     if len(kept) == 1:
         return ops.cast(kept[0], dtype)
