@@ -149,6 +149,8 @@ def _enumerate(tx, args, kwargs):
 
 def _zip(tx, args, kwargs):
     strict = kwargs.get("strict") is not None and kwargs["strict"].as_python()
+    # zip calls iter() on each argument first: an object whose __iter__ is a generator is lazy too
+    args = [a if isinstance(a, (V.TupleValue, V.ListValue)) else get_iter(tx, a) for a in args]
     if any(_is_lazy(a) for a in args):
         if strict:
             raise tx.unsupported("zip(strict=True) over a generator")

@@ -371,7 +371,10 @@ def unpack(tx: Any, value: V.Value) -> list[V.Value]:
         items = value.items[value.position:]
         value.position = len(value.items)
         return items
-    return get_iter(tx, value).items
+    iterator = get_iter(tx, value)
+    if isinstance(iterator, V.LazyIteratorValue):     # an object whose __iter__ is a generator
+        return unpack(tx, iterator)
+    return iterator.items
 
 
 def get_iter(tx: Any, value: V.Value) -> V.IteratorValue:

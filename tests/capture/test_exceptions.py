@@ -118,7 +118,9 @@ def test_iterating_a_sequence_subclass():
         for scale in LAYERS:
             x = x * scale
         doubled = [scale * 2 for scale in layers]
-        return x + doubled[-1], doubled, 2.0 in layers
+        for name, scale in zip(["a", "b", "c"], layers):     # zip and list() iterate it too
+            x = x + scale * len(name)
+        return x + doubled[-1], doubled, 2.0 in layers, list(layers), tuple(zip(layers, LAYERS))
 
     check(fn, (t(3), Layers([1.0, 2.0])), (t(3), Layers([4.0])), graphs=1, breaks=0)
 
