@@ -6,9 +6,10 @@
 prim graph -> joint graph (joint.py) -> min-cut partition (partition.py) -> the forward is
 compiled now, the backward on its first use (both by ``backend.compile_prim_graph``, from
 metadata); on CUDA the backward starts compiling in a thread as soon as the forward is
-scheduled (``BackgroundBackward``), so both halves' kernels build together.  The forward returns its outputs plus the saved values; ``_CompiledFunction`` keeps
-the saved tensors with ``ctx.save_for_backward`` (so ``retain_graph``, the "backward twice"
-error and the check that no saved tensor was modified in place behave as in eager).  Its
+scheduled (``BackgroundBackward``), so both halves' kernels build together.  The forward
+returns its outputs plus the saved values; ``_CompiledFunction`` keeps the saved tensors with
+``ctx.save_for_backward`` (so ``retain_graph``, the "backward twice" error and the check that no
+saved tensor was modified in place behave as in eager).  Its
 backward reads them, lets ctx drop them (``ctx.maybe_clear_saved_tensors``: unless autograd
 keeps the graph for another backward) and hands them with the incoming gradients to the compiled
 backward in one list, which that program empties and whose tensors it drops after their last
