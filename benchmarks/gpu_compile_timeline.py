@@ -119,7 +119,8 @@ def child(bench: str, name: str, device: str) -> None:
             events.append(("workers started", started, started))
     triton_build.start_compile_workers = start_workers
 
-    model, bench, call_args, call_kwargs = zoo_training(name, device=device, size="full" if device == "cuda" else "tiny")
+    size = "full" if device == "cuda" else "tiny"
+    model, bench, call_args, call_kwargs = zoo_training(name, device=device, size=size)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     compiled = ember.compile(model)
     sync()
