@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ember.graph import is_dense
 from ember.prims import ops
 from ember.prims.registry import register
 from ember.prims.type_promotion import Promotion, computation_dtype, result_type
@@ -497,7 +498,22 @@ def type_as(x: Value, other: Value) -> Value:
 
 @register(torch.clone, T.clone)
 def clone(x: Value, *, memory_format: Any = None) -> Value:
-    return x  # values are immutable here; the output step copies if it must
+    """Values are immutable here (the output step copies if it must), so a clone with the layout of
+    ``x`` is ``x`` itself.  Eager's clone keeps a non-overlapping and dense layout but makes any
+    other one (a strided slice) contiguous: then a contiguous copy, so that views of the clone
+    have eager's strides (a returned view of the clone of ``x[:, ::2]`` was rebuilt from the
+    slice's strides, out of its buffer's bounds; fuzz seed 40262)."""
+    meta = x.meta
+    if memory_format in (None, torch.preserve_format):
+        try:
+            same_layout = is_dense(meta.shape, meta.stride)
+        except TypeError:       # symbolic strides that do not order: copy, never guess
+            same_layout = False
+    elif memory_format is torch.contiguous_format:
+        same_layout = meta.is_contiguous()
+    else:
+        same_layout = True      # channels_last and the like: as before
+    return x if same_layout else ops.clone(x)
 
 
 @register(T.contiguous, view=True)
