@@ -85,6 +85,18 @@ def test_compile_rejects_non_callable():
         ember.compile(3)
 
 
+@pytest.mark.parametrize("fn, nargs", [(torch.pow, 2), (torch.nn.functional.gelu, 1), (torch.Tensor.sin, 1)],
+                         ids=["torch.pow", "F.gelu", "Tensor.sin"])
+def test_compile_takes_builtins(fn, nargs):
+    """torch.compile(torch.pow) works; so does ember.compile: one graph calling it."""
+    compiled = ember.compile(fn, options={"fallback": "error"})
+    args = [torch.rand(6) + 0.5 for _ in range(nargs)]     # pow of a negative base: NaN
+    for _ in range(2):
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    report = ember.explain(fn, *args)
+    assert (report.graph_count, report.break_count) == (1, 0), str(report)
+
+
 # ------------------------------------------------------------------ nn.Module wrapper
 def test_module_wrapper_is_a_module_with_the_originals_state():
     model = Small()

@@ -41,6 +41,8 @@ class FrameSpec:
         elif callable(fn) and isinstance(getattr(type(fn), "__call__", None), types.FunctionType):
             self.function = type(fn).__call__
             self.bound_self = fn
+        elif callable(fn):
+            self.function = _calling(fn)   # a builtin (torch.pow, F.gelu): captured as one call of it
         else:
             raise TypeError(f"ember cannot compile {fn!r}: not a Python function, method or nn.Module")
         if not isinstance(self.function, types.FunctionType):
@@ -108,6 +110,14 @@ class FrameSpec:
 
     def call_eagerly(self, args: tuple, kwargs: dict) -> Any:
         return self.target(*args, **kwargs)
+
+
+def _calling(fn: Any) -> types.FunctionType:
+    """A Python function that calls ``fn`` (a builtin or C callable), for capture to start from."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+    call.__qualname__ = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return call
 
 
 class RootContext:
