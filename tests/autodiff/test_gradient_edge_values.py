@@ -139,24 +139,3 @@ def test_var_and_std_gradients_where_n_is_at_most_the_correction(name, fn, value
     (expected, expected_grad), (actual, actual_grad) = results
     torch.testing.assert_close(actual, expected, equal_nan=True)
     torch.testing.assert_close(actual_grad, expected_grad, equal_nan=True)
-
-
-# ---------------------------------------------------------------- pow with a half-precision exponent
-# eager's pow_backward_self computes exponent - 1 in the exponent's own dtype before promoting it
-@pytest.mark.parametrize("base_dtype, exponent_dtype", [(torch.float32, torch.bfloat16), (torch.float64, torch.float16),
-                                                        (torch.float32, torch.float16)])
-def test_pow_base_gradient_with_a_half_precision_exponent(base_dtype, exponent_dtype):
-    torch.manual_seed(0)
-    base = torch.rand(64, dtype=base_dtype) + 0.5
-    exponent = (torch.randn(64) * 3).to(exponent_dtype)     # exponent - 1 rounds in half precision
-    results = []
-    for compiled in (False, True):
-        x = base.clone().requires_grad_(True)
-        def power(b, e):
-            return torch.pow(b, e)
-        out = (compile_strict(power) if compiled else power)(x, exponent)
-        out.backward(torch.ones_like(out))
-        results.append((out.detach(), x.grad))
-    (expected, expected_grad), (actual, actual_grad) = results
-    torch.testing.assert_close(actual, expected)
-    torch.testing.assert_close(actual_grad, expected_grad, rtol=1e-6, atol=1e-6)
