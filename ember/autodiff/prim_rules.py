@@ -454,9 +454,9 @@ def var_mean_vjp(grad: tuple[Grad, Grad], out: tuple[Value, Value], x: Value, di
     inf * (x - mean) (NaN where x == mean).  Called without dims (``whole``), eager clamps: where
     N <= correction its gradient is g * inf, NaN where x == mean, whatever the sign of x - mean."""
     grad_var, grad_mean = grad
-    nones = (None,) * (3 + whole)
+    nones = (None,) * (3 + whole)              # one per argument
     if not _differentiable(x) or (grad_var is None and grad_mean is None):
-        return (None,) + nones[1:]
+        return nones
     count = ops.reduced_numel(x, dims)
     dof = count - correction
     clamped = whole and not is_symbolic(dof) and dof <= 0

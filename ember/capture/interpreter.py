@@ -75,14 +75,18 @@ class RaisedException(V.ConstantValue):
 _EXCEPTION_TABLES: dict[types.CodeType, list] = {}
 
 
-def _handler_entry(code: types.CodeType, offset: int) -> Any:
-    """The exception table entry covering ``offset`` (entries do not overlap), or None."""
+def _exception_table(code: types.CodeType) -> list:
     table = _EXCEPTION_TABLES.get(code)
     if table is None:
         if len(_EXCEPTION_TABLES) > 4096:
             _EXCEPTION_TABLES.clear()
         table = _EXCEPTION_TABLES[code] = list(dis._parse_exception_table(code))
-    return next((entry for entry in table if entry.start <= offset < entry.end), None)
+    return table
+
+
+def _handler_entry(code: types.CodeType, offset: int) -> Any:
+    """The exception table entry covering ``offset`` (entries do not overlap), or None."""
+    return next((entry for entry in _exception_table(code) if entry.start <= offset < entry.end), None)
 
 
 def _handlers_catch_only_named_exceptions(code: types.CodeType) -> bool:
@@ -90,7 +94,7 @@ def _handlers_catch_only_named_exceptions(code: types.CodeType) -> bool:
     BaseException/GeneratorExit): closing the suspended generator, as eager does when it is
     dropped, then runs none of them (collections.abc.Sequence.__iter__ catches IndexError)."""
     instructions, index_of = _decoded(code)
-    for entry in dis._parse_exception_table(code):
+    for entry in _exception_table(code):
         position = index_of[entry.target]
         if instructions[position].opname != "PUSH_EXC_INFO":
             continue            # a handler's own cleanup, or 3.12's StopIteration wrapper of generators
@@ -281,9 +285,7 @@ class InstructionTranslator:
         return entry.target
 
     def raised(self, exception: BaseException) -> Unsupported:
-        error = self.user_error(f"{type(exception).__name__}: {exception}")
-        error.python_exception = exception
-        return error
+        return ops.user_error(self.session, f"{type(exception).__name__}: {exception}", exception)
 
     def PUSH_EXC_INFO(self, inst):
         if not isinstance(self.stack[-1], RaisedException):

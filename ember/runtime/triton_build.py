@@ -405,8 +405,12 @@ def _cache_key() -> str | None:
 def _warm_launcher(binary: Any) -> Any:
     """Build the kernel's host launcher now, in the pool: Triton compiles one C stub per kernel
     signature with gcc on first launch, one after another in the main thread (12 s of ViT's cold
-    training compile)."""
-    triton_worker.warm_launcher(binary)
+    training compile).  Best effort: the first launch builds it otherwise."""
+    try:
+        import triton
+        triton.runtime.driver.active.launcher_cls(binary.src, binary.metadata)
+    except Exception:  # noqa: BLE001 - an optimization only
+        pass
     return binary
 
 

@@ -87,16 +87,6 @@ def compile_in_worker(path: str, spec: KernelSpec, target: Any, key: str | None,
     return None
 
 
-def warm_launcher(binary: Any) -> None:
-    """Build the kernel's host launcher (Triton compiles one C stub per kernel signature with gcc on
-    first launch, cached in Triton's cache).  Best effort: the first launch builds it otherwise."""
-    try:
-        import triton
-        triton.runtime.driver.active.launcher_cls(binary.src, binary.metadata)
-    except Exception:  # noqa: BLE001 - an optimization only
-        pass
-
-
 def ready() -> bool:
     """A task that only starts a worker: the process is up and Triton imported."""
     import triton  # noqa: F401

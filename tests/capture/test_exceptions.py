@@ -10,7 +10,15 @@ import torch
 
 import ember
 
-from .test_continuations import check, t
+from .test_continuations import check as check_calls
+from .test_continuations import t
+
+
+def check(fn, *calls, graphs, breaks):
+    """test_continuations' check, and the graph really compiled (not run eagerly by the backend)."""
+    report = check_calls(fn, *calls, graphs=graphs, breaks=breaks)
+    assert report.kernel_count > 0, str(report)
+    return report
 
 
 def test_index_error_ends_a_loop():
