@@ -162,8 +162,25 @@ def _min_cut(values: list[Node], read_by_backward: list[Node], forward_outputs: 
     if flow.max_flow(source, sink) == INFINITE:
         raise CompileError("the backward reads a value that can be neither saved nor recomputed", stage="autodiff")
     reachable = flow.reachable(source)
-    saved = [v for v in values if ("in", v) in reachable and ("out", v) not in reachable]
-    return saved
+    cut = {v for v in values if ("in", v) in reachable and ("out", v) not in reachable}
+    return _needed(cut, read_by_backward, index)
+
+
+def _needed(cut: set[Node], read_by_backward: list[Node], index: dict[Node, int]) -> list[Node]:
+    """The cut's values that the backward reads, directly or through its recomputations, in
+    forward order.  The cut also crosses free values nothing reads (a forward output downstream of
+    a matmul): saving one would keep, say, a language model's logits alive until the backward
+    after the caller dropped them."""
+    needed: set[Node] = set()
+    stack = list(read_by_backward)
+    while stack:
+        v = stack.pop()
+        if v in needed:
+            continue
+        needed.add(v)
+        if v not in cut:
+            stack.extend(u for u in v.inputs() if u in index)
+    return sorted(needed & cut, key=index.__getitem__)
 
 
 def _users(values: list[Node], backward_only: set[Node]) -> dict[Node, list[Node]]:
