@@ -3,9 +3,20 @@
     call = CudaGraphRunner(compiled.call, prim_graph, specs)   # the same calling convention
 
 Per input layout (the addresses of pinned inputs, Python scalars, the sizes of inputs with
-symbolic sizes; the graph's guards fix the rest) the first call runs the generated wrapper as usual (warm-up: Triton compiles, cuBLAS initialises), the
-second records it into a ``torch.cuda.CUDAGraph`` with its own memory pool, and later calls replay
-it: one launch for the whole graph instead of one per kernel.
+symbolic sizes; the graph's guards fix the rest) the first call runs the generated wrapper as usual
+(warm-up: Triton compiles, cuBLAS initialises), the second records it into a ``torch.cuda.CUDAGraph``,
+and later calls replay it: one launch for the whole graph instead of one per kernel.
+
+Memory.  Every recording on a device allocates from one memory pool, so that the intermediates of
+one recording reuse the memory another's intermediates used: a training backward's temporaries
+take the forward's, the graphs on either side of a graph break share theirs, and so do the
+recordings of each size under dynamic shapes.  A recording keeps its outputs allocated, so no
+later recording is placed over them; what a later recording may take is the rest of the pool, its
+*scratch* (memory free when it was recorded).  A replay writes its scratch, so before a recording replays, the outputs of later recordings that
+lie in its scratch must be dead: those it handed to the caller are marked overwritten (the graph
+after a graph break: calling the function again overwrites what it returned, as when one graph
+replays again), and while autograd holds one (a gradient in ``p.grad``, a forward's saved
+activations) the recording is busy, as it is for its own (below).
 
 Inputs.  A recording reads every input from a fixed address.  Parameters, module buffers and
 outputs of another runner's recordings (a training forward's saved activations, read by the
@@ -39,6 +50,9 @@ from ember.debug.logs import log
 from ember.graph import Graph, TensorMeta
 from ember.symbolic import is_symbolic
 
+# every recording on a device allocates from one pool (False: each from its own, as before; for A/B
+# measurements, benchmarks/gpu_cudagraph_pool.py)
+SHARE_POOL = True
 # a runner keeps at most this many recordings (sizes under dynamic shapes, busy forwards); each has
 # its own memory pool, so beyond it calls run the plain launches
 MAX_RECORDINGS = 8
@@ -53,6 +67,10 @@ OVERWRITTEN = ("Error: accessing a tensor output of an ember reduce-overhead (CU
 counters: dict[str, int] = {"recorded": 0, "replayed": 0, "plain": 0}
 
 _runners: weakref.WeakSet[CudaGraphRunner] = weakref.WeakSet()
+# every live recording, for the scratch bookkeeping of the shared pool
+_recordings: weakref.WeakSet[_Recording] = weakref.WeakSet()
+# device index -> the memory pool its recordings share
+_pools: dict[int, Any] = {}
 # storage address -> the runner whose recording returned it (its outputs never move)
 _pool_outputs: dict[int, weakref.ref] = {}
 
@@ -60,6 +78,8 @@ _pool_outputs: dict[int, weakref.ref] = {}
 def reset() -> None:
     """ember.reset(): forget every runner (their recordings go with the compiled functions)."""
     _runners.clear()
+    _recordings.clear()
+    _pools.clear()
     _pool_outputs.clear()
     for name in counters:
         counters[name] = 0
@@ -80,6 +100,13 @@ class _Recording:
     outputs: list[Any]                      # what the recorded call returned (keeps the pool's outputs)
     watched: list[tuple[torch.Tensor, int]]  # outputs autograd may hold, with our own use count
     returned: list[weakref.ref] = dataclasses.field(default_factory=list)   # handed out last replay
+    # the pool memory its replay may write besides its outputs (address ranges), and what later
+    # recordings keep there: outputs autograd may hold, with our own use count (busy while held),
+    # and the recordings whose returned outputs may lie there (held strongly: one its runner dropped
+    # may still have handed-out outputs), with their storage addresses (expired before a replay)
+    scratch: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    hazards: list[tuple[torch.Tensor, int]] = dataclasses.field(default_factory=list)
+    overlapped: list[tuple[_Recording, frozenset[int]]] = dataclasses.field(default_factory=list)
 
 
 class CudaGraphRunner:
@@ -155,7 +182,10 @@ class CudaGraphRunner:
     def _replay(self, recording: _Recording, inputs: tuple) -> tuple:
         for position, buffer in recording.buffers.items():
             buffer.copy_(inputs[position])
-        self._expire(recording)
+        _expire(recording)
+        for later, addresses in recording.overlapped:
+            if later.returned:
+                _expire(later, addresses)
         recording.replay()
         counters["replayed"] += 1
         for position in recording.copy_back:
@@ -242,6 +272,7 @@ class CudaGraphRunner:
         elif self.num_visible is not None:      # saved activations, until the backward ran
             recording.watched = _distinct_storages([o for i, o in pool if i >= self.num_visible])
         del outputs
+        _share_pool(recording, [o for _, o in pool], device)
         self.recordings.setdefault(key, []).append(recording)
         counters["recorded"] += 1
         log("cudagraphs", f"recorded a CUDA graph ({len(buffers)} inputs copied, "
@@ -292,18 +323,10 @@ class CudaGraphRunner:
         recording.returned = returned
         return tuple(results)
 
-    def _expire(self, recording: _Recording) -> None:
-        """Before a replay: what the last one handed out and the caller still holds."""
-        for reference in recording.returned:
-            tensor = reference()
-            if tensor is not None:
-                mark_overwritten(tensor)
-        recording.returned = []
-
     def expire_outputs(self) -> None:
         for recordings in self.recordings.values():
             for recording in recordings:
-                self._expire(recording)
+                _expire(recording)
 
     def _disable(self, reason: str) -> None:
         if not self.disabled:
@@ -318,13 +341,77 @@ DEVICE_TYPE = "cuda"        # whose graphs are recorded
 
 
 def capture(device: torch.device, run: Callable[[], Any], inputs: list[Any]) -> tuple[Any, Callable[[], None]]:
-    """Record ``run()``'s launches into a CUDA graph with its own memory pool: (what run
-    returned, the graph's replay).  ``inputs``, what run reads, are unchanged: nothing runs."""
+    """Record ``run()``'s launches into a CUDA graph that allocates from the device's shared pool:
+    (what run returned, the graph's replay).  ``inputs``, what run reads, are unchanged: nothing
+    runs."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.device(device):
-        with torch.cuda.graph(graph, stream=_capture_stream(), capture_error_mode="thread_local"):
+        pool = _pool() if SHARE_POOL else None
+        with torch.cuda.graph(graph, pool=pool, stream=_capture_stream(), capture_error_mode="thread_local"):
             outputs = run()
     return outputs, graph.replay
+
+
+def pool_segments(device: torch.device) -> list[tuple[int, int]]:
+    """The address ranges of the device's shared pool, or [] before its first recording; the
+    whole address space when the allocator's snapshot does not name the pool (every later output
+    then counts as lying in each earlier recording's scratch: more recordings, never a wrong one)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if not SHARE_POOL or index not in _pools:
+        return []
+    handle = tuple(_pools[index])
+    segments = [(s["address"], s["address"] + s["total_size"]) for s in torch.cuda.memory_snapshot()
+                if s.get("device") == index and tuple(s.get("segment_pool_id", ())) == handle]
+    if not segments:
+        log("cudagraphs", "the allocator's snapshot shows no segment of the shared pool: scratch is all memory")
+        return [(0, 1 << 64)]
+    return segments
+
+
+def _pool() -> Any:
+    device = torch.cuda.current_device()
+    if device not in _pools:
+        _pools[device] = torch.cuda.graph_pool_handle()
+    return _pools[device]
+
+
+def _share_pool(recording: _Recording, pool_outputs: list[torch.Tensor], device: torch.device) -> None:
+    """The shared pool's bookkeeping for a new recording (module docstring): its outputs that
+    lie in an earlier recording's scratch are listed there, and its own scratch is the pool less
+    every recording's outputs."""
+    for earlier in list(_recordings):
+        inside = [t for t in pool_outputs if _overlaps(*_extent(t), earlier.scratch)]
+        if inside:
+            addresses = frozenset(t.untyped_storage().data_ptr() for t in inside)
+            earlier.hazards.extend(w for w in recording.watched if w[0].untyped_storage().data_ptr() in addresses)
+            earlier.overlapped.append((recording, addresses))
+    _recordings.add(recording)
+    outputs = sorted(_extent(t) for r in _recordings for t in r.outputs if isinstance(t, torch.Tensor))
+    recording.scratch = _subtract(pool_segments(device), outputs)
+
+
+def _extent(tensor: torch.Tensor) -> tuple[int, int]:
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(start < stop and low < end for low, stop in ranges)
+
+
+def _subtract(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` less the (sorted) ``holes``."""
+    left: list[tuple[int, int]] = []
+    for start, end in ranges:
+        for low, high in holes:
+            if high <= start or low >= end:
+                continue
+            if low > start:
+                left.append((start, low))
+            start = max(start, high)
+        if start < end:
+            left.append((start, end))
+    return left
 
 
 def mark_overwritten(tensor: torch.Tensor) -> None:
@@ -376,6 +463,21 @@ def _output_plan(outputs: Any, static: list[Any], buffers: dict[int, torch.Tenso
     return plan
 
 
+def _expire(recording: _Recording, addresses: frozenset[int] | None = None) -> None:
+    """Before a replay that writes over them: mark what ``recording`` handed out last and the
+    caller still holds (only those at the storage ``addresses`` when given)."""
+    kept = []
+    for reference in recording.returned:
+        tensor = reference()
+        if tensor is None:
+            continue
+        if addresses is None or tensor.untyped_storage().data_ptr() in addresses:
+            mark_overwritten(tensor)
+        else:
+            kept.append(reference)
+    recording.returned = kept
+
+
 def _use_count(tensor: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
 
@@ -388,5 +490,7 @@ def _distinct_storages(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, 
 
 
 def _busy(recording: _Recording) -> bool:
-    """Autograd still holds memory of this recording (saved activations, a gradient in p.grad)."""
-    return any(_use_count(tensor) > count for tensor, count in recording.watched)
+    """Autograd still holds memory of this recording (saved activations, a gradient in p.grad),
+    or memory of a later recording that lies in this one's scratch."""
+    return any(_use_count(tensor) > count for tensor, count in recording.watched) or \
+        any(_use_count(tensor) > count for tensor, count in recording.hazards)

@@ -24,12 +24,20 @@ DEV = "cuda" if CUDA else "cpu"
 _expired: list = []
 
 
-@pytest.fixture(autouse=True)
-def emulate_on_cpu(monkeypatch):
+@pytest.fixture(autouse=True, params=["shared pool", "worst-case pool"])
+def emulate_on_cpu(request, monkeypatch):
+    """On the CPU: the emulated recording below.  "worst-case pool" (CPU only) also takes every
+    later recording's outputs to lie in each earlier recording's scratch, and an emulated replay
+    writes garbage over them, as a real replay writes its scratch: what the runner lets a replay
+    overwrite, the tests see."""
     _expired.clear()
     if CUDA:
+        if request.param == "worst-case pool":
+            pytest.skip("CPU emulation only")
         yield
         return
+    recorded: list[list[torch.Tensor]] = []     # per emulated recording, its pool outputs
+    worst_case = request.param == "worst-case pool"
 
     def capture(device, run, inputs):
         saved = [x.clone() if isinstance(x, torch.Tensor) else None for x in inputs]
@@ -37,8 +45,23 @@ def emulate_on_cpu(monkeypatch):
         for x, before in zip(inputs, saved):
             if before is not None and not torch.equal(x, before):   # a copy would bump x's version
                 x.copy_(before)
+        storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        # replay() reruns the call on ``inputs``: an input that is another recording's output (a
+        # saved activation) is kept as that output itself, not as the caller's view of it, whose
+        # reference would count as autograd still holding the memory (a real recording keeps none)
+        owners = {(o.data_ptr(), o.dtype, tuple(o.shape), o.stride()): o for outs in recorded for o in outs}
+        for position, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                inputs[position] = owners.get((x.data_ptr(), x.dtype, tuple(x.shape), x.stride()), x)
+        index = len(recorded)
+        recorded.append([o for o in outputs if isinstance(o, torch.Tensor)
+                         and o.untyped_storage().data_ptr() not in storages])
 
         def replay():
+            if worst_case:
+                for later in recorded[index + 1:]:
+                    for tensor in later:
+                        tensor.detach().fill_(float("nan") if tensor.is_floating_point() else 77)
             for old, new in zip(outputs, run()):
                 if isinstance(old, torch.Tensor) and old.untyped_storage().data_ptr() != new.untyped_storage().data_ptr():
                     old.copy_(new)
@@ -47,6 +70,7 @@ def emulate_on_cpu(monkeypatch):
     monkeypatch.setattr(cudagraphs, "DEVICE_TYPE", "cpu")
     monkeypatch.setattr(cudagraphs, "capture", capture)
     monkeypatch.setattr(cudagraphs, "mark_overwritten", _expired.append)
+    monkeypatch.setattr(cudagraphs, "pool_segments", lambda device: [(0, 1 << 64)] if worst_case else [])
     yield
 
 
