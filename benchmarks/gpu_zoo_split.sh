@@ -10,6 +10,10 @@
 #         'resnet50,vit_base_patch16_224|gpt2,mlp4' && bash benchmarks/gpu_zoo_split.sh collect 500")
 #     run(carry=[".bench"], command="bash benchmarks/gpu_zoo_split.sh collect 540")   # at once, until DONE
 #
+# Two suites on one machine (training and reduce-overhead training on an x4): start each with its
+# own ZOO_SPLIT_STATE and, for the second, ZOO_GPU_OFFSET=2 (its GPUs start there); collect each
+# with its ZOO_SPLIT_STATE and its own OUT.
+#
 # `start GROUPS`: GROUPS is one comma list of models per GPU, separated by '|'.  The other knobs are
 # gpu_zoo.sh's (ZOO_MODE, ZOO_COMPILERS, ZOO_TIMEOUT...).  `collect [WAIT_S]` waits for every suite up to
 # WAIT_S seconds together and writes to $OUT: all.jsonl (every suite's lines), report.md
@@ -25,7 +29,7 @@ start)
     mkdir -p "$ROOT"
     echo "${#groups[@]}" > "$ROOT/count"
     for gpu in "${!groups[@]}"; do
-        CUDA_VISIBLE_DEVICES="$gpu" ZOO_STATE="$ROOT/gpu$gpu" ZOO_MODELS="${groups[$gpu]}" \
+        CUDA_VISIBLE_DEVICES="$((gpu + ${ZOO_GPU_OFFSET:-0}))" ZOO_STATE="$ROOT/gpu$gpu" ZOO_MODELS="${groups[$gpu]}" \
             bash "$HERE/gpu_zoo.sh" start | tail -n 1
     done
     ;;
@@ -41,7 +45,8 @@ collect)
     out="${OUT:-$ROOT/out}"; mkdir -p "$out"
     cat "$ROOT"/gpu*/all.jsonl > "$out/all.jsonl" 2>/dev/null
     cp "$ROOT/gpu0/env.txt" "$out/env.txt" 2>/dev/null
-    "$PY" "$HERE/zoo_report.py" "$out/all.jsonl" --md "$out/report.md" > /dev/null 2>&1
+    "$PY" "$HERE/zoo_report.py" "$out/all.jsonl" --md "$out/report.md" --ember "${ZOO_EMBER_COLUMN:-ember}" \
+        --inductor "${ZOO_INDUCTOR_COLUMN:-inductor}" > /dev/null 2>&1
     done_count=0
     for gpu in $(seq 0 $((count - 1))); do
         cp "$ROOT/gpu$gpu/progress.log" "$out/progress-$gpu.log" 2>/dev/null
