@@ -30,11 +30,15 @@ from ember.runtime import cudagraphs  # noqa: E402
 MB = 2 ** 20
 
 
+def call_model(call, inputs):
+    return call(**inputs) if isinstance(inputs, dict) else call(*inputs)     # as the harness calls
+
+
 def run_steps(model, call, loss_fn, inputs, steps):
     losses = []
     for _ in range(steps):
         model.zero_grad(set_to_none=True)
-        out = call(*inputs)
+        out = call_model(call, inputs)
         loss = loss_fn(out)
         loss.backward()
         losses.append(loss.item())
@@ -58,13 +62,14 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.bench))
     import models as zoo
+    import run as harness   # the harness's own input casting and calling convention
 
     for name in args.models.split(","):
         spec = zoo.MODELS[name]
         torch.manual_seed(0)
         bench = spec.build(batch_size=spec.train_bs, seq_len=spec.seq_len, size="full", device="cuda")
         base = bench.model.to(device="cuda", dtype=torch.bfloat16).train()
-        inputs = [x.to(torch.bfloat16) if torch.is_floating_point(x) else x for x in bench.example_inputs]
+        inputs = harness.cast_inputs(bench.example_inputs, "cuda", torch.bfloat16)
         fresh_memory()
         eager_losses = run_steps(base, base, bench.loss_fn, inputs, args.steps)
         eager_grads = [p.grad.float() for p in base.parameters() if p.grad is not None]

@@ -89,7 +89,8 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.bench))
-    import models as zoo  # the harness's zoo (.bench/models.py)
+    import models as zoo
+    import run as harness   # the harness's own input casting and calling convention  # the harness's zoo (.bench/models.py)
 
     import ember
     lines: list[str] = []
@@ -99,11 +100,11 @@ def main() -> None:
         torch.manual_seed(0)
         bench = spec.build(batch_size=spec.train_bs, seq_len=spec.seq_len, size="full", device=device)
         model = bench.model.to(device=device, dtype=torch.bfloat16).train()
-        inputs = [x.to(torch.bfloat16) if torch.is_floating_point(x) else x for x in bench.example_inputs]
+        inputs = harness.cast_inputs(bench.example_inputs, "cuda", torch.bfloat16)
 
         def step(callable_model) -> None:
             model.zero_grad(set_to_none=True)
-            out = callable_model(*inputs)
+            out = harness.call(callable_model, inputs)
             bench.loss_fn(out).backward()
             del out
 
