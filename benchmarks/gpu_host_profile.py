@@ -6,7 +6,7 @@ For each model (harness train batch, bf16): the step's wall time against its GPU
 events around the step vs the sum of kernel times from torch.profiler), then cProfile of 5
 steps (top functions by own time), ember then eager.  --inductor adds torch.compile's host and
 wall time per step (no cProfile: its frames are Dynamo's); --aten adds torch.profiler's CPU
-table of ember's step (host time per aten op and CUDA runtime call: a synchronizing op shows
+table of each variant's step (host time per aten op and CUDA runtime call: a synchronizing op shows
 as cudaStreamSynchronize / cudaMemcpyAsync rows)."""
 from __future__ import annotations
 
@@ -66,25 +66,33 @@ def profile_model(name: str, args: argparse.Namespace) -> None:
         best_cpu = min(_cpu_ms(step, fn) for _ in range(5))
         print(f"==== {name} {label}: host {host:.1f} ms per step (until the last launch), wall {wall:.1f} ms, "
               f"process CPU {cpu:.1f} ms (best of 5 single steps {best_cpu:.1f} ms)", flush=True)
-        if label == "inductor":
-            continue
-        profiler = cProfile.Profile()
-        profiler.enable()
+        if label != "inductor":
+            _cprofile(step, fn, args)
+        if args.aten:
+            _aten_table(name, label, step, fn, args)
+
+
+def _cprofile(step, fn, args: argparse.Namespace) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(5):
+        step(fn)
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.rows)
+    print(text.getvalue())
+
+
+def _aten_table(name: str, label: str, step, fn, args: argparse.Namespace) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(5):
             step(fn)
         torch.cuda.synchronize()
-        profiler.disable()
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.rows)
-        print(text.getvalue())
-        if args.aten and label == "ember":
-            from torch.profiler import ProfilerActivity, profile
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(5):
-                    step(fn)
-                torch.cuda.synchronize()
-            print(f"==== {name} {label}: host time per op over 5 steps (torch.profiler, CPU)")
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    print(f"==== {name} {label}: host time per op over 5 steps (torch.profiler, CPU)")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+
 
 def _cpu_ms(step, fn) -> float:
     start = time.process_time()

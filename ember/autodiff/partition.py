@@ -51,7 +51,8 @@ from ember.symbolic import hint_of
 INFINITE = float("inf")
 _RECOMPUTABLE_KINDS = ("elementwise", "view", "creation")
 # x == amax(x) (the max's gradient goes to its ties) must see the very values the forward reduced:
-# a chain recomputed by another kernel may round differently, and then no element is the max
+# a chain recomputed by another kernel may round differently, and then no element is the max.
+# Integers compare the same wherever they are computed (a max pooling's index against a tap's position).
 _EXACT_COMPARISONS = ("eq", "ne")
 
 
@@ -112,7 +113,10 @@ def recomputable(node: Node) -> bool:
     if node.target is operator.getitem:
         return recomputable(node.args[0]) if isinstance(node.args[0], Node) else False
     target = node.target
-    if not isinstance(target, Prim) or target is P.as_strided or target.name in _EXACT_COMPARISONS:
+    if not isinstance(target, Prim) or target is P.as_strided:
+        return False
+    if target.name in _EXACT_COMPARISONS and any(
+            isinstance(u.meta, TensorMeta) and u.meta.dtype.is_floating_point for u in node.inputs()):
         return False
     return target.kind == "view" or (config.recompute and target.kind in _RECOMPUTABLE_KINDS)
 

@@ -121,13 +121,13 @@ class _Lowering:
                 self.layouts[name] = _channels_last_strides(loop.shape)
 
     def reads_channels_last(self, loop: ir.Pointwise) -> bool:
-        """Is this 4-D value computed from a channels-last buffer of its own shape (eager's rule for
-        elementwise results: follow the inputs' memory format)?"""
+        """Is this 4-D value computed from a channels-last buffer of its batch and channels (eager's
+        rule for elementwise results, pooling and resizing: follow the input's memory format)?"""
         if len(loop.shape) != 4 or _channels_last_strides(loop.shape) == ir.contiguous_strides(loop.shape):
             return False
         for load in ir.loads(loop.body):
             source = self.nodes.get(load.buffer)
-            if source is not None and source.shape == loop.shape and \
+            if source is not None and len(source.shape) == 4 and source.shape[:2] == loop.shape[:2] and \
                     _is_channels_last(source.shape, _assumed_strides(source, self.layouts)):
                 return True
         return False

@@ -312,6 +312,12 @@ def constant_pad_rule(x: TensorMeta, pad: Sequence[Size], value: Any) -> TensorM
     return _dense(shape, x.dtype, x.device)
 
 
+def interior_pad_rule(x: TensorMeta, dim: int, start: Size, step: int, size: Size) -> TensorMeta:
+    shape = list(x.shape)
+    shape[dim] = size
+    return _dense(shape, x.dtype, x.device)
+
+
 def _install() -> None:
     for name in list(P.UNARY) + list(P.BINARY):
         P.get(name).meta = _elementwise_rule(name)
@@ -324,7 +330,7 @@ def _install() -> None:
         "cumsum": cumsum_rule, "iota": iota_rule, "full": full_rule, "philox_rand": philox_rule,
         "gather": gather_rule, "index": index_rule, "scatter": same_as_input_rule,
         "scatter_add": same_as_input_rule, "index_put": same_as_input_rule, "cat": cat_rule,
-        "constant_pad": constant_pad_rule,
+        "constant_pad": constant_pad_rule, "interior_pad": interior_pad_rule,
     }
     for name, rule in rules.items():
         P.get(name).meta = rule

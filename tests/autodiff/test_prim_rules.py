@@ -487,6 +487,12 @@ def test_constant_pad(pad):
     check_rule("constant_pad", [torch.randn(2, 4, 5), pad, 3.5])
 
 
+@pytest.mark.parametrize("dim,start,step,size", [(1, 0, 2, 7), (1, 1, 3, 9), (0, 2, 2, 6), (2, 1, 4, 9)])
+def test_interior_pad(dim, start, step, size):
+    x = torch.randn(2, 3, 2)
+    check_rule("interior_pad", [x, dim, start, step, size])
+
+
 # ============================================== through the real code generator
 COMPILED = {
     "mul": lambda: list(_binary_inputs("mul")),
@@ -502,6 +508,7 @@ COMPILED = {
     "maximum": lambda: list(_binary_inputs("maximum")),
     "index": lambda: [torch.randn(5, 3), [torch.tensor([0, 2, 2, 4])]],
     "constant_pad": lambda: [torch.randn(2, 4, 5), [1, -2, -1, 0], 0.0],
+    "interior_pad": lambda: [torch.randn(2, 4, 3), 1, 1, 3, 11],
     "as_strided": lambda: [torch.randn(5, 6).t(), (3, 2), (1, 6), 1],
     "prod": lambda: [_with_zeros([0, 1, 2]), (1,)],
     "scatter": lambda: [torch.randn(4, 6), 1, torch.stack([torch.randperm(6)[:3] for _ in range(2)]),
