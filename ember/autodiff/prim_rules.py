@@ -596,6 +596,27 @@ def interior_pad_vjp(grad: Value, out: Value, x: Value, dim: int, start: Any, st
     return (grad_x if _differentiable(x) else None), None, None, None, None
 
 
+@vjp_rule("pool_argmax")
+def pool_argmax_vjp(grad: Any, out: Value, x: Value, *window: Any) -> tuple:
+    return (None,) * (1 + len(window))          # an index: no gradient
+
+
+@vjp_rule("pool_select")
+def pool_select_vjp(grad: Value, out: Value, x: Value, index: Value, kernel: Any, stride: Any, padding: Any,
+                    dilation: Any) -> tuple:
+    """Each window's gradient goes to the position its index names (eager's max pooling backward)."""
+    grad_x = emit(P.pool_scatter, grad, index, x.shape[-2], x.shape[-1], kernel, stride, padding, dilation) \
+        if _differentiable(x) else None
+    return grad_x, None, None, None, None, None
+
+
+@vjp_rule("pool_scatter")
+def pool_scatter_vjp(grad: Value, out: Value, g: Value, index: Value, height: Any, width: Any, kernel: Any,
+                     stride: Any, padding: Any, dilation: Any) -> tuple:
+    grad_g = emit(P.pool_select, grad, index, kernel, stride, padding, dilation) if _differentiable(g) else None
+    return grad_g, None, None, None, None, None, None, None
+
+
 @vjp_rule("constant_pad")
 def constant_pad_vjp(grad: Value, out: Value, x: Value, pad: Sequence[Any], value: Any
                      ) -> tuple[Grad, None, None]:

@@ -1,5 +1,5 @@
 """Loop lowerings of the data-movement prims: cat, constant_pad, interior_pad, gather, index,
-philox_rand.
+philox_rand, and 2-D max pooling's pool_argmax / pool_select / pool_scatter.
 
 Each becomes a Pointwise body (so it fuses with what reads it) instead of an eager Extern:
 
@@ -16,6 +16,7 @@ Each becomes a Pointwise body (so it fuses with what reads it) instead of an eag
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -200,6 +201,108 @@ def _interior_pad(self, node: Node, x: Any, dim: int, start: Any, step: int, siz
     return self.pointwise(node, tuple(meta.shape), meta.dtype, body)
 
 
+# ------------------------------------------------------------ 2-D max pooling (pooling.py)
+def _all(conditions: list[Expr | None]) -> Expr | None:
+    present = [c for c in conditions if c is not None]
+    if not present:
+        return None
+    result = present[0]
+    for c in present[1:]:
+        result = Op("logical_and", (result, c), torch.bool)
+    return result
+
+
+def _pool_static(x: Any, *sizes: Any) -> bool:
+    return all(isinstance(s, int) for s in (*x.shape[-2:], *sizes))
+
+
+def _pool_argmax(self, node: Node, x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any,
+                 ceil_mode: bool, dtype: torch.dtype) -> Any:
+    """Eager's scan of each window, tap by tap in row-major order: a tap inside the input is taken
+    when it is greater than the best so far or NaN, or when it is the first inside (the index of a
+    window of -inf); the index is h * width + w."""
+    from ember.lower.lowering import _meta
+    meta = _meta(node)
+    height, width = x.shape[-2:]
+    if not _pool_static(x, *meta.shape[-2:]):
+        return self.lower_extern(node)
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+
+    def body(idx: tuple[Index, ...]) -> Expr:
+        best, arg = Const(-math.inf, compute), Const(-1, torch.int64)
+        for i in range(kernel[0]):
+            for j in range(kernel[1]):
+                h = idx[-2] * stride[0] + (i * dilation[0] - padding[0])
+                w = idx[-1] * stride[1] + (j * dilation[1] - padding[1])
+                inside = _all([in_range(h, 0, height), in_range(w, 0, width)])
+                value = _as_dtype(x.load(idx[:-2] + (wrap_into(h, height), wrap_into(w, width))), compute)
+                if i == j == 0:
+                    taken = inside
+                else:
+                    first = Op("eq", (arg, Const(-1, torch.int64)), torch.bool)
+                    greater = Op("logical_or", (Op("gt", (value, best), torch.bool),
+                                                Op("isnan", (value,), torch.bool)), torch.bool)
+                    taken = _all([inside, Op("logical_or", (greater, first), torch.bool)])
+                position = IndexValue(h * width + w, torch.int64)
+                if taken is None:
+                    best, arg = value, position
+                else:
+                    best = Op("where", (taken, value, best), compute)
+                    arg = Op("where", (taken, position, arg), torch.int64)
+        return _as_dtype(arg, dtype)
+    return self.pointwise(node, tuple(meta.shape), dtype, body)
+
+
+def _pool_select(self, node: Node, x: Any, index: Any, *window: Any) -> Any:
+    """x at each window's position (an index pool_argmax made: always inside the plane)."""
+    from ember.lower.lowering import _meta
+    meta = _meta(node)
+    height, width = x.shape[-2:]
+    if not _pool_static(x):
+        return self.lower_extern(node)
+
+    def body(idx: tuple[Index, ...]) -> Expr:
+        position = _as_dtype(index.load(idx), torch.int64)
+        row = Op("floor_divide", (position, Const(width, torch.int64)), torch.int64)
+        col = Op("remainder", (position, Const(width, torch.int64)), torch.int64)
+        return x.load(idx[:-2] + (ir.index(ir.Indirect(row, height)), ir.index(ir.Indirect(col, width))))
+    return self.pointwise(node, tuple(meta.shape), meta.dtype, body)
+
+
+def _pool_scatter(self, node: Node, grad: Any, index: Any, height: Any, width: Any, kernel: Any, stride: Any,
+                  padding: Any, dilation: Any) -> Any:
+    """Input position (h, w) adds the gradients of the windows whose tap (i, j) lies on it and whose
+    index names it: window oh = (h + padding - i * dilation) / stride where that is whole and in
+    range.  Added in fp32 in the windows' order and rounded once, as eager's CUDA kernels accumulate."""
+    from ember.lower.lowering import _meta
+    meta = _meta(node)
+    out_h, out_w = grad.shape[-2:]
+    if not _pool_static(grad, height, width):
+        return self.lower_extern(node)
+    compute = torch.float64 if grad.dtype == torch.float64 else torch.float32
+
+    def window_of(i: Index, tap: int, dim: int, count: int) -> tuple[Expr | None, Index]:
+        shifted = i + (padding[dim] - tap * dilation[dim])
+        on_stride = Op("eq", (IndexValue(shifted % stride[dim], torch.int64), Const(0, torch.int64)), torch.bool)
+        valid = _all([in_range(shifted, 0, (count - 1) * stride[dim] + 1), on_stride])
+        return valid, wrap_into(shifted // stride[dim], count)
+
+    def body(idx: tuple[Index, ...]) -> Expr:
+        here = IndexValue(idx[-2] * width + idx[-1], torch.int64)
+        total: Expr = Const(0.0, compute)
+        for i in reversed(range(kernel[0])):         # windows in eager's order: oh, then ow ascending
+            valid_h, oh = window_of(idx[-2], i, 0, out_h)
+            for j in reversed(range(kernel[1])):
+                valid_w, ow = window_of(idx[-1], j, 1, out_w)
+                at = idx[:-2] + (oh, ow)
+                named = Op("eq", (_as_dtype(index.load(at), torch.int64), here), torch.bool)
+                hit = _all([valid_h, valid_w, named])
+                term = _as_dtype(grad.load(at), compute)
+                total = Op("add", (total, Op("where", (hit, term, Const(0.0, compute)), compute)), compute)
+        return _as_dtype(total, meta.dtype)
+    return self.pointwise(node, tuple(meta.shape), meta.dtype, body)
+
+
 def _gather(self, node: Node, x: Any, dim: int, index: Any) -> Any:
     from ember.lower.lowering import _meta
     meta = _meta(node)
@@ -274,4 +377,5 @@ def _as_dtype(expr: Expr, dtype: torch.dtype) -> Expr:
 
 
 LOWERINGS = {"cat": _cat, "constant_pad": _constant_pad, "interior_pad": _interior_pad, "gather": _gather, "index": _index,
+             "pool_argmax": _pool_argmax, "pool_select": _pool_select, "pool_scatter": _pool_scatter,
              "philox_rand": _philox_rand}

@@ -627,20 +627,10 @@ class _Scheduler:
                 kernels_using.setdefault(producer, set()).add(pos)
         candidates = {name for name, positions in kernels_using.items()
                       if len(positions) > 1 and self._is_expensive(name)}
-        # the most downstream ones: a producer read only through stored candidates stays inlined
-        # there; so does one read, through inlined nodes, by a single stored candidate (a max
-        # pooling's backward adds nine taps' gradients: each partial sum was stored)
+        # the most downstream ones: a producer read only through a stored candidate stays inlined there
         chosen: set[str] = set()
-        root_of: dict[str, str] = {}    # inlined node -> the one chosen node whose body holds it
         for name in reversed(list(self.nodes)):
-            users = self.users[name]
-            roots = {user if user in chosen else root_of.get(user) for user in users}
-            if users and all(user in chosen for user in users):
-                if len(roots) == 1:
-                    root_of[name] = users[0]
-            elif users and len(roots) == 1 and None not in roots:
-                root_of[name] = roots.pop()
-            elif name in candidates:
+            if name in candidates and not all(user in chosen for user in self.users[name]):
                 chosen.add(name)
         return chosen
 

@@ -318,6 +318,22 @@ def interior_pad_rule(x: TensorMeta, dim: int, start: Size, step: int, size: Siz
     return _dense(shape, x.dtype, x.device)
 
 
+def pool_argmax_rule(x: TensorMeta, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                     dilation: Sequence[int], ceil_mode: bool, dtype: torch.dtype) -> TensorMeta:
+    from ember.prims.decompositions.pooling import pooled_size
+    out = [pooled_size(n, k, s, p, d, ceil_mode)
+           for n, k, s, p, d in zip(x.shape[-2:], kernel, stride, padding, dilation)]
+    return _dense([*x.shape[:-2], *out], dtype, x.device)
+
+
+def pool_select_rule(x: TensorMeta, index: TensorMeta, *window: Any) -> TensorMeta:
+    return _dense([*x.shape[:-2], *index.shape[-2:]], x.dtype, x.device)
+
+
+def pool_scatter_rule(grad: TensorMeta, index: TensorMeta, height: Size, width: Size, *window: Any) -> TensorMeta:
+    return _dense([*grad.shape[:-2], height, width], grad.dtype, grad.device)
+
+
 def _install() -> None:
     for name in list(P.UNARY) + list(P.BINARY):
         P.get(name).meta = _elementwise_rule(name)
@@ -331,6 +347,7 @@ def _install() -> None:
         "gather": gather_rule, "index": index_rule, "scatter": same_as_input_rule,
         "scatter_add": same_as_input_rule, "index_put": same_as_input_rule, "cat": cat_rule,
         "constant_pad": constant_pad_rule, "interior_pad": interior_pad_rule,
+        "pool_argmax": pool_argmax_rule, "pool_select": pool_select_rule, "pool_scatter": pool_scatter_rule,
     }
     for name, rule in rules.items():
         P.get(name).meta = rule

@@ -240,6 +240,27 @@ def _reference_interior_pad(x, dim, start, step, size):
     return out
 
 
+# 2-D max pooling over (.., height, width): window = kernel, stride, padding, dilation (pairs)
+pool_argmax = register_prim(
+    "pool_argmax", "indexing",
+    lambda x, kernel, stride, padding, dilation, ceil_mode, dtype: torch.nn.functional.max_pool2d(
+        x, kernel, stride, padding, dilation, ceil_mode=ceil_mode, return_indices=True)[1].to(dtype),
+    "pool_argmax(x, kernel, stride, padding, dilation, ceil_mode, dtype): each window's max position "
+    "in the plane (h * width + w), eager's scan: first greatest, NaN wins")
+pool_select = register_prim(
+    "pool_select", "indexing",
+    lambda x, index, kernel, stride, padding, dilation: x.flatten(-2).gather(
+        -1, index.flatten(-2).long()).view(*x.shape[:-2], *index.shape[-2:]),
+    "pool_select(x, index, kernel, stride, padding, dilation): x at each window's position")
+pool_scatter = register_prim(
+    "pool_scatter", "indexing",
+    lambda grad, index, height, width, kernel, stride, padding, dilation:
+        torch.ops.aten.max_pool2d_with_indices_backward(
+            grad, grad.new_empty((*grad.shape[:-2], height, width)), kernel, stride, padding, dilation, False,
+            index.long()),
+    "pool_scatter(grad, index, height, width, kernel, stride, padding, dilation): each input position "
+    "gets the sum of the gradients of the windows that selected it (pool_select's gradient)")
+
 # --------------------------------------------------------------------- random
 # Philox counter-based: the same (seed, offset) gives the same numbers on every backend.
 philox_rand = register_prim("philox_rand", "random",

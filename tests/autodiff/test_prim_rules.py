@@ -493,6 +493,27 @@ def test_interior_pad(dim, start, step, size):
     check_rule("interior_pad", [x, dim, start, step, size])
 
 
+def _pool_args(kernel=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), size=(7, 6)):
+    """(x, index of its windows' maxima, window): a max pooling's pieces."""
+    x = torch.randn(2, 3, *size)
+    index = torch.nn.functional.max_pool2d(x, kernel, stride, padding, dilation, return_indices=True)[1]
+    return x, index.to(torch.int16), (kernel, stride, padding, dilation)
+
+
+@pytest.mark.parametrize("window", [{}, {"kernel": (2, 3), "stride": (1, 2), "padding": (0, 1)},
+                                    {"dilation": (2, 1), "padding": (0, 0)}])
+def test_pool_select_and_scatter(window):
+    x, index, args = _pool_args(**window)
+    check_rule("pool_select", [x, index, *args])
+    grad = torch.randn(index.shape)
+    check_rule("pool_scatter", [grad, index, x.shape[-2], x.shape[-1], *args])
+
+
+def test_pool_argmax_has_no_gradient():
+    x, _, args = _pool_args()
+    check_rule("pool_argmax", [x, *args, False, torch.int16])
+
+
 # ============================================== through the real code generator
 COMPILED = {
     "mul": lambda: list(_binary_inputs("mul")),
@@ -509,6 +530,8 @@ COMPILED = {
     "index": lambda: [torch.randn(5, 3), [torch.tensor([0, 2, 2, 4])]],
     "constant_pad": lambda: [torch.randn(2, 4, 5), [1, -2, -1, 0], 0.0],
     "interior_pad": lambda: [torch.randn(2, 4, 3), 1, 1, 3, 11],
+    "pool_select": lambda: (lambda x, index, args: [x, index, *args])(*_pool_args()),
+    "pool_scatter": lambda: (lambda x, index, args: [torch.randn(index.shape), index, 7, 6, *args])(*_pool_args()),
     "as_strided": lambda: [torch.randn(5, 6).t(), (3, 2), (1, 6), 1],
     "prod": lambda: [_with_zeros([0, 1, 2]), (1,)],
     "scatter": lambda: [torch.randn(4, 6), 1, torch.stack([torch.randperm(6)[:3] for _ in range(2)]),
