@@ -44,3 +44,12 @@ compile_processes: int = int(os.environ.get("EMBER_COMPILE_PROCESSES", str(min(1
 # resnet50 2.28x and mobilenet_v3 1.86x over eager with them, 1.77x and 1.23x compiled static);
 # EMBER_DYNAMIC_CONV_CUDA=0 compiles such graphs with static sizes under dynamic shapes (A/B runs)
 dynamic_conv_cuda: bool = os.environ.get("EMBER_DYNAMIC_CONV_CUDA", "1") != "0"
+
+# devices where 2-D max pooling is generated (prims/decompositions/pooling.py): none by default
+# (session 25).  CUDA (H200): ResNet-50's training step 11.90 -> 11.43 GPU ms, but in a graph of 48
+# poolings one input gradient differed from eager's, where the same pooling alone and all 48 under
+# Triton's interpreter are exact.  CPU: 0.5-0.6x of eager's kernels (benchmarks/cpu_max_pool.py): the
+# kernels loop in logical order and wrap every tap's index with a modulo; and with a symbolic batch
+# size a channels-last input's pooled output was contiguous (tests/dynamic, case pools_batch).
+# EMBER_GENERATED_MAX_POOL=cpu,cuda
+generated_max_pool_devices: set[str] = {d for d in os.environ.get("EMBER_GENERATED_MAX_POOL", "").split(",") if d}

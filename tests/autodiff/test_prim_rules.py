@@ -509,6 +509,13 @@ def test_pool_select_and_scatter(window):
     check_rule("pool_scatter", [grad, index, x.shape[-2], x.shape[-1], *args])
 
 
+def _pool_rule_args(which):
+    x, index, window = _pool_args()
+    if which == "select":
+        return [x, index, *window]
+    return [torch.randn(index.shape), index, x.shape[-2], x.shape[-1], *window]
+
+
 def test_pool_argmax_has_no_gradient():
     x, _, args = _pool_args()
     check_rule("pool_argmax", [x, *args, False, torch.int16])
@@ -530,8 +537,8 @@ COMPILED = {
     "index": lambda: [torch.randn(5, 3), [torch.tensor([0, 2, 2, 4])]],
     "constant_pad": lambda: [torch.randn(2, 4, 5), [1, -2, -1, 0], 0.0],
     "interior_pad": lambda: [torch.randn(2, 4, 3), 1, 1, 3, 11],
-    "pool_select": lambda: (lambda x, index, args: [x, index, *args])(*_pool_args()),
-    "pool_scatter": lambda: (lambda x, index, args: [torch.randn(index.shape), index, 7, 6, *args])(*_pool_args()),
+    "pool_select": lambda: _pool_rule_args("select"),
+    "pool_scatter": lambda: _pool_rule_args("scatter"),
     "as_strided": lambda: [torch.randn(5, 6).t(), (3, 2), (1, 6), 1],
     "prod": lambda: [_with_zeros([0, 1, 2]), (1,)],
     "scatter": lambda: [torch.randn(4, 6), 1, torch.stack([torch.randperm(6)[:3] for _ in range(2)]),

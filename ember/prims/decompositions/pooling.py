@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ember import config
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.registry import differentiated, register
@@ -28,11 +29,11 @@ def adaptive_avg_pool2d(x: Any, output_size: Any) -> Any:
 @register(F.max_pool2d, torch.max_pool2d)
 def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
                ceil_mode: bool = False, return_indices: bool = False) -> Any:
-    """Floating max pooling of static height and width is generated (_max_pool2d_prims): it fuses
-    with what produced x, and so does its backward (eager's CUDA kernels took 0.67 ms of ResNet-50's
-    training step, 0.46 ms of it the backward).  Other pooling runs eager's kernel; in a step that
-    will be differentiated, the one that returns its indices (the backward reads them, and
-    recomputing them cost a second pass over the input)."""
+    """Floating max pooling of static height and width can be generated (_max_pool2d_prims, on
+    config.generated_max_pool_devices): it fuses with what produced x, and so does its backward
+    (eager's CUDA kernels took 0.67 ms of ResNet-50's training step, 0.46 ms of it the backward).
+    Otherwise eager's kernel runs; in a step that will be differentiated, the one that returns its
+    indices (the backward reads them, and recomputing them cost a second pass over the input)."""
     window = _window(x, kernel_size, stride, padding, dilation, ceil_mode)
     if window is not None:
         return _max_pool2d_prims(x, window, ceil_mode, return_indices)
@@ -69,7 +70,8 @@ def _window(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any, 
     """The window when the generated pooling computes exactly what eager does: a floating 3-D or
     4-D input of static height and width, arguments eager accepts; else None (eager's kernel runs,
     and raises eager's error for bad arguments)."""
-    if not is_tensor(x) or x.ndim not in (3, 4) or not x.dtype.is_floating_point or not isinstance(ceil_mode, bool):
+    if not is_tensor(x) or x.ndim not in (3, 4) or not x.dtype.is_floating_point or not isinstance(ceil_mode, bool) \
+            or x.device.type not in config.generated_max_pool_devices:
         return None
     height, width = x.shape[-2], x.shape[-1]
     kernel = _pair(kernel_size)
