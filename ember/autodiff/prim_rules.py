@@ -333,9 +333,13 @@ def slice_vjp(grad: Value, out: Value, x: Value, dim: int, start: Any, end: Any,
     if not _differentiable(x):
         return (None, *nones)
     if step != 1:
-        # x[k] = grad[(k - start) / step] where that is whole: one fused gather (zeros put after
-        # each element and reshaped to n * step made an intermediate of x's size per slice)
-        return (emit(P.interior_pad, grad, dim, start, step, x.shape[dim]), *nones)
+        # put step-1 zeros after each element: (.., n, ..) -> (.., n, 1, ..) -> pad -> (.., n*step, ..)
+        n = grad.shape[dim]
+        spread = ops.unsqueeze(grad, dim + 1)
+        spread = emit(P.constant_pad, spread, _pad_for(spread.ndim, dim + 1, 0, step - 1), 0.0)
+        grad = ops.reshape(spread, (*grad.shape[:dim], n * step, *grad.shape[dim + 1:]))
+        # the trailing zeros of the last element may reach past the end of x: drop them
+        grad = ops.slice_dim(grad, dim, 0, x.shape[dim] - start)
     before, after = start, x.shape[dim] - start - grad.shape[dim]
     return (emit(P.constant_pad, grad, _pad_for(grad.ndim, dim, before, after), 0.0), *nones)
 
@@ -587,13 +591,6 @@ def cat_vjp(grad: Value, out: Value, tensors: list, dim: int) -> tuple[list, Non
             grads.append(None)
         start = start + length
     return grads, None
-
-
-@vjp_rule("interior_pad")
-def interior_pad_vjp(grad: Value, out: Value, x: Value, dim: int, start: Any, step: int, size: Any
-                     ) -> tuple[Grad, None, None, None, None]:
-    grad_x = emit(P.slice_, grad, dim, start, start + (x.shape[dim] - 1) * step + 1, step)
-    return (grad_x if _differentiable(x) else None), None, None, None, None
 
 
 @vjp_rule("pool_argmax")

@@ -1,9 +1,9 @@
-"""Loop lowerings of the data-movement prims: cat, constant_pad, interior_pad, gather, index,
-philox_rand, and 2-D max pooling's pool_argmax / pool_select / pool_scatter.
+"""Loop lowerings of the data-movement prims: cat, constant_pad, gather, index, philox_rand, and
+2-D max pooling's pool_argmax / pool_select / pool_scatter.
 
 Each becomes a Pointwise body (so it fuses with what reads it) instead of an eager Extern:
 
-* cat / constant_pad / interior_pad select among their inputs with ``where`` over index ranges.  Every
+* cat / constant_pad select among their inputs with ``where`` over index ranges.  Every
   branch of a ``where`` is evaluated, so the index a branch loads with is first wrapped into
   its input's range (``wrap_into``): the value is discarded, but the read stays in bounds.
 * gather / index (and so embedding) load through ``Indirect`` indices, each checked
@@ -177,27 +177,6 @@ def _constant_pad(self, node: Node, x: Any, pad: Any, value: Any) -> Any:
         for cond in conditions[1:]:
             inside = Op("logical_and", (inside, cond), torch.bool)
         return Op("where", (inside, loaded, _operand(value, idx, meta.dtype)), meta.dtype)
-    return self.pointwise(node, tuple(meta.shape), meta.dtype, body)
-
-
-def _interior_pad(self, node: Node, x: Any, dim: int, start: Any, step: int, size: Any) -> Any:
-    """out[k] = x[(k - start) / step] where that is a whole number in range, else 0: index
-    arithmetic (no intermediate with step - 1 zeros after each element)."""
-    from ember.lower.lowering import _meta, _operand
-    meta = _meta(node)
-    length = x.shape[dim]
-    if length == 0 or not isinstance(start, int):
-        return self.lower_extern(node)
-
-    def body(idx: tuple[Index, ...]) -> Expr:
-        shifted = idx[dim] - start
-        on_step = Op("eq", (IndexValue(shifted % step, torch.int64), Const(0, torch.int64)), torch.bool)
-        cond = in_range(shifted, 0, (length - 1) * step + 1)
-        cond = on_step if cond is None else Op("logical_and", (cond, on_step), torch.bool)
-        source = list(idx)
-        source[dim] = wrap_into(shifted // step, length)
-        loaded = _as_dtype(x.load(tuple(source)), meta.dtype)
-        return Op("where", (cond, loaded, _operand(0, idx, meta.dtype)), meta.dtype)
     return self.pointwise(node, tuple(meta.shape), meta.dtype, body)
 
 
@@ -376,6 +355,6 @@ def _as_dtype(expr: Expr, dtype: torch.dtype) -> Expr:
     return expr if expr.dtype == dtype else ir.Cast(expr, dtype)
 
 
-LOWERINGS = {"cat": _cat, "constant_pad": _constant_pad, "interior_pad": _interior_pad, "gather": _gather, "index": _index,
+LOWERINGS = {"cat": _cat, "constant_pad": _constant_pad, "gather": _gather, "index": _index,
              "pool_argmax": _pool_argmax, "pool_select": _pool_select, "pool_scatter": _pool_scatter,
              "philox_rand": _philox_rand}

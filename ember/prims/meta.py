@@ -312,12 +312,6 @@ def constant_pad_rule(x: TensorMeta, pad: Sequence[Size], value: Any) -> TensorM
     return _dense(shape, x.dtype, x.device)
 
 
-def interior_pad_rule(x: TensorMeta, dim: int, start: Size, step: int, size: Size) -> TensorMeta:
-    shape = list(x.shape)
-    shape[dim] = size
-    return _dense(shape, x.dtype, x.device)
-
-
 def pool_argmax_rule(x: TensorMeta, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
                      dilation: Sequence[int], ceil_mode: bool, dtype: torch.dtype) -> TensorMeta:
     from ember.prims.decompositions.pooling import pooled_size
@@ -346,7 +340,7 @@ def _install() -> None:
         "cumsum": cumsum_rule, "iota": iota_rule, "full": full_rule, "philox_rand": philox_rule,
         "gather": gather_rule, "index": index_rule, "scatter": same_as_input_rule,
         "scatter_add": same_as_input_rule, "index_put": same_as_input_rule, "cat": cat_rule,
-        "constant_pad": constant_pad_rule, "interior_pad": interior_pad_rule,
+        "constant_pad": constant_pad_rule,
         "pool_argmax": pool_argmax_rule, "pool_select": pool_select_rule, "pool_scatter": pool_scatter_rule,
     }
     for name, rule in rules.items():

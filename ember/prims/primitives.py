@@ -226,20 +226,6 @@ constant_pad = register_prim("constant_pad", "indexing",
                              lambda x, pad, value: torch.nn.functional.pad(x, pad, value=value),
                              "constant_pad(x, pad, value): pad as F.pad (last dim first, may be negative)")
 
-interior_pad = register_prim("interior_pad", "indexing",
-                             lambda x, dim, start, step, size: _reference_interior_pad(x, dim, start, step, size),
-                             "interior_pad(x, dim, start, step, size): zeros of size `size` along dim with "
-                             "x[m] at start + m * step (the gradient of a strided slice)")
-
-
-def _reference_interior_pad(x, dim, start, step, size):
-    shape = list(x.shape)
-    shape[dim] = size
-    out = x.new_zeros(shape)
-    torch.ops.aten.slice.Tensor(out, dim, start, start + (x.shape[dim] - 1) * step + 1, step).copy_(x)
-    return out
-
-
 # 2-D max pooling over (.., height, width): window = kernel, stride, padding, dilation (pairs)
 pool_argmax = register_prim(
     "pool_argmax", "indexing",

@@ -487,12 +487,6 @@ def test_constant_pad(pad):
     check_rule("constant_pad", [torch.randn(2, 4, 5), pad, 3.5])
 
 
-@pytest.mark.parametrize("dim,start,step,size", [(1, 0, 2, 7), (1, 1, 3, 9), (0, 2, 2, 6), (2, 1, 4, 9)])
-def test_interior_pad(dim, start, step, size):
-    x = torch.randn(2, 3, 2)
-    check_rule("interior_pad", [x, dim, start, step, size])
-
-
 def _pool_args(kernel=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), size=(7, 6)):
     """(x, index of its windows' maxima, window): a max pooling's pieces."""
     x = torch.randn(2, 3, *size)
@@ -536,7 +530,6 @@ COMPILED = {
     "maximum": lambda: list(_binary_inputs("maximum")),
     "index": lambda: [torch.randn(5, 3), [torch.tensor([0, 2, 2, 4])]],
     "constant_pad": lambda: [torch.randn(2, 4, 5), [1, -2, -1, 0], 0.0],
-    "interior_pad": lambda: [torch.randn(2, 4, 3), 1, 1, 3, 11],
     "pool_select": lambda: _pool_rule_args("select"),
     "pool_scatter": lambda: _pool_rule_args("scatter"),
     "as_strided": lambda: [torch.randn(5, 6).t(), (3, 2), (1, 6), 1],
