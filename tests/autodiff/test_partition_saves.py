@@ -236,3 +236,27 @@ def test_forward_output_no_gradient_reads_is_not_saved():
     logits_sized = [p.name for p in _backward_graph().placeholders
                     if isinstance(p.meta, TensorMeta) and tuple(p.meta.shape) == (2, 7, 50)]
     assert len(logits_sized) == 1, f"the backward reads saved logits: {logits_sized}"
+
+
+class PaddedTokenScale(nn.Module):
+    """A mask of padding tokens (an integer comparison) that the backward reads: the gradient
+    of ``h * keep`` is ``grad * keep``."""
+
+    def __init__(self, vocab: int, dim: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        keep = (ids != 0).unsqueeze(-1)
+        return torch.tanh(self.embed(ids)) * keep
+
+
+def test_integer_comparison_is_recomputed_not_saved():
+    """An integer comparison gives the same answer wherever it is computed, so the backward
+    recomputes the mask from the token ids (an input, free to keep) instead of keeping a saved
+    bool tensor; comparisons of floats stay in the forward (x == amax(x) must see its values)."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 5, (3, 11))
+    _train_once_on(PaddedTokenScale(5, 8), ids, lambda out: out.square().sum())
+    saved = [m for m in COMPILED[0].call.saved_metas if isinstance(m, TensorMeta)]
+    assert not [m for m in saved if m.dtype == torch.bool], [(m.dtype, tuple(m.shape)) for m in saved]

@@ -6,14 +6,13 @@ import re
 
 import pytest
 import torch
+from recording import record_compiled_graphs
 from torch import nn
 
 import ember
 from ember import config
 from ember.backend import compile_graph
-from ember.lower import lowering
-from ember.lower import scheduler
-from recording import record_compiled_graphs
+from ember.lower import lowering, scheduler
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +38,15 @@ class Net(nn.Module):
         return self.head(z.mean((2, 3))), z
 
 
+@pytest.mark.parametrize("generated_pooling", [False, True], ids=["eager_pooling", "generated_pooling"])
 @pytest.mark.parametrize("options", [None, {"cpu_backend": "triton"}], ids=["cpp", "triton"])
-def test_conv_net_channels_last_matches_eager(options):
+def test_conv_net_channels_last_matches_eager(options, generated_pooling, monkeypatch):
+    """(generated pooling: its output, of the input's batch and channels, follows the input's
+    channels-last layout as eager's does)"""
     if options:
         pytest.importorskip("triton")
+    if generated_pooling:
+        monkeypatch.setattr(config, "generated_max_pool_devices", {"cpu"})
     torch.manual_seed(0)
     net = Net().eval()
     x = torch.randn(2, 3, 12, 12)
@@ -247,3 +251,35 @@ def test_convolution_backward_reads_a_channels_last_input(monkeypatch):
     stem_input = calls[-1][1]
     assert stem_input != "x", wrapper
     assert re.search(rf"\(x\b[^\n]*\b{stem_input}\b[^\n]*# layout copy for an extern", wrapper), wrapper
+
+
+@pytest.mark.parametrize("resize", [
+    pytest.param(lambda y: nn.functional.pad(y, (1, 2, 0, 1)), marks=pytest.mark.xfail(strict=True, reason=(
+        "session 25: an Extern's input that is also returned takes the layout lowering derived from "
+        "meta runs, and the CPU's meta convolution says NCHW where its kernel returns NHWC"))),
+    lambda y: nn.functional.interpolate(y, scale_factor=2, mode="nearest"),
+    lambda y: y[:, :, 1:, :-1] * 2,
+], ids=["pad", "nearest_upsample", "cropped"])
+def test_resized_values_follow_a_channels_last_input(resize):
+    """A 4-D value of another height and width computed from a channels-last convolution output
+    is channels-last too (eager's memory-format rule), so the next convolution reads it without a
+    layout copy and the returned value has eager's strides."""
+    torch.manual_seed(0)
+    conv1, conv2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+
+    def fn(x):      # (the CPU's meta convolution says NCHW where its kernel returns NHWC: no 4-D conv output)
+        y = resize(torch.relu(conv1(x)))
+        return conv2(y).mean((2, 3)), y
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    sources = []
+
+    def backend(graph, example_inputs):
+        compiled = compile_graph(graph, example_inputs)
+        sources.append(compiled.source)
+        return compiled
+    with torch.no_grad():
+        expected, out = fn(x), ember.compile(fn, backend=backend)(x)
+    for a, e in zip(out, expected):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+        assert a.stride() == e.stride()
+    assert "layout copy for an extern" not in sources[0].split("# ---- kernels")[0]
