@@ -297,19 +297,42 @@ def same_as_input_rule(x: TensorMeta, *args: Any, **kwargs: Any) -> TensorMeta:
 
 
 def cat_rule(tensors: Sequence[TensorMeta], dim: int) -> TensorMeta:
+    """Channels-last when every input is (eager's cat: the inputs' common memory format)."""
     shape = list(tensors[0].shape)
     shape[dim] = 0
     for t in tensors:
         shape[dim] = shape[dim] + t.shape[dim]
+    if all(_is_channels_last(t) for t in tensors):
+        return TensorMeta(tuple(shape), _channels_last_strides(shape), tensors[0].dtype, torch.device(tensors[0].device))
     return _dense(shape, tensors[0].dtype, tensors[0].device)
 
 
 def constant_pad_rule(x: TensorMeta, pad: Sequence[Size], value: Any) -> TensorMeta:
+    """Eager's constant_pad_nd keeps a channels-last input channels-last (its suggested memory
+    format); anything else comes out contiguous."""
     shape = list(x.shape)
     for i in range(len(pad) // 2):
         dim = len(shape) - 1 - i
         shape[dim] = shape[dim] + pad[2 * i] + pad[2 * i + 1]
+    if _is_channels_last(x):
+        return TensorMeta(tuple(shape), _channels_last_strides(shape), x.dtype, torch.device(x.device))
     return _dense(shape, x.dtype, x.device)
+
+
+def _channels_last_strides(shape: Sequence[Size]) -> tuple[Size, ...]:
+    _, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
+def _is_channels_last(x: TensorMeta) -> bool:
+    """A 4-D tensor laid out channels-last (plain int sizes; size-1 dims are ignored, as the
+    layout does not depend on their strides)."""
+    if x.ndim != 4 or not all(isinstance(v, int) for v in (*x.shape, *x.stride)) or x.shape[1] == 1:
+        return False
+    expected = _channels_last_strides(x.shape)
+    if expected == contiguous_strides(x.shape):
+        return False
+    return all(size == 1 or stride == want for size, stride, want in zip(x.shape, x.stride, expected))
 
 
 def pool_argmax_rule(x: TensorMeta, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
