@@ -1092,7 +1092,8 @@ def _iota(self: _Lowering, node: Node, length: int, start: int, step: int, dtype
                                      Const(start, dtype)), dtype))
 
 
-def _full(self: _Lowering, node: Node, shape: Any, value: Any, dtype: torch.dtype, device: Any) -> TensorValue:
+def _full(self: _Lowering, node: Node, shape: Any, value: Any, dtype: torch.dtype, device: Any,
+          stride: Any = None) -> TensorValue:
     return self.pointwise(node, tuple(_meta(node).shape), dtype, lambda idx: _operand(value, idx, dtype))
 
 

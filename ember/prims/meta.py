@@ -250,7 +250,10 @@ def iota_rule(length: Size, start: Any, step: Any, dtype: torch.dtype, device: A
     return _dense((length,), dtype, device)
 
 
-def full_rule(shape: Sequence[Size], value: Any, dtype: torch.dtype, device: Any) -> TensorMeta:
+def full_rule(shape: Sequence[Size], value: Any, dtype: torch.dtype, device: Any,
+              stride: Sequence[Size] | None = None) -> TensorMeta:
+    if stride is not None:
+        return TensorMeta(tuple(shape), tuple(stride), dtype, torch.device(device))
     return _dense(shape, dtype, device)
 
 

@@ -364,8 +364,11 @@ def var_mean(x: Value, dims: Any = None, correction: Any = 1, keepdim: bool = Fa
 
 
 # -------------------------------------------------------------------- creation
-def full(shape: Sequence[Size], value: Any, dtype: torch.dtype, device: Any) -> Value:
-    return emit(P.full, tuple(shape), _python_scalar(value, dtype), dtype, torch.device(device))
+def full(shape: Sequence[Size], value: Any, dtype: torch.dtype, device: Any,
+         stride: Sequence[Size] | None = None) -> Value:
+    """``stride``: a dense layout for the result (None: contiguous)."""
+    args = (tuple(shape), _python_scalar(value, dtype), dtype, torch.device(device))
+    return emit(P.full, *args) if stride is None else emit(P.full, *args, tuple(stride))
 
 
 def full_like(x: Value, value: Any, dtype: torch.dtype | None = None) -> Value:

@@ -202,8 +202,11 @@ iota = register_prim("iota", "creation",
                          start, start + step * length, step, dtype=dtype, device=device)[:length],
                      "iota(length, start, step, dtype, device): 1-D arange")
 full = register_prim("full", "creation",
-                     lambda shape, value, dtype, device: torch.full(shape, value, dtype=dtype, device=device),
-                     "full(shape, value, dtype, device)")
+                     lambda shape, value, dtype, device, stride=None: torch.full(
+                         shape, value, dtype=dtype, device=device) if stride is None else torch.empty_strided(
+                         shape, stride, dtype=dtype, device=device).fill_(value),
+                     "full(shape, value, dtype, device, stride=None): stride, a dense layout, as *_like "
+                     "keeps its input's")
 
 # ------------------------------------------------------------------- indexing
 gather = register_prim("gather", "indexing", lambda x, dim, index: torch.gather(x, dim, index),

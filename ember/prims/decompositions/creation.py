@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ember.graph import contiguous_strides, is_dense
 from ember.prims import ops
 from ember.symbolic import is_symbolic
 from ember.prims.registry import register
@@ -51,8 +52,23 @@ def _like(value: Any):
     def create(x: Value, *args: Any, dtype: torch.dtype | None = None, device: Any = None, layout: Any = None,
                pin_memory: bool = False, requires_grad: bool = False, memory_format: Any = None) -> Value:
         fill = args[0] if value is None else value
-        return ops.full(x.shape, fill, dtype or x.dtype, device or x.device)
+        return ops.full(x.shape, fill, dtype or x.dtype, device or x.device, _like_strides(x, memory_format))
     return create
+
+
+def _like_strides(x: Value, memory_format: Any) -> tuple[int, ...] | None:
+    """The strides eager gives a *_like result when they are not contiguous: x's own where x is
+    dense (preserve_format, the default), channels-last when asked; None for contiguous."""
+    shape, stride = tuple(x.shape), tuple(x.meta.stride)
+    if not all(isinstance(v, int) for v in (*shape, *stride)):
+        return None
+    if memory_format is torch.channels_last and len(shape) == 4:
+        n, c, h, w = shape
+        return (h * w * c, 1, w * c, c)
+    if memory_format in (None, torch.preserve_format) and is_dense(shape, stride) and \
+            any(size != 1 and st != want for size, st, want in zip(shape, stride, contiguous_strides(shape))):
+        return stride
+    return None
 
 
 register(torch.zeros_like)(_like(0))
