@@ -2,8 +2,8 @@
 
 Compared, on two calls with different input values: exceptions (eager raises -> ember raises the
 same type; eager runs -> ember runs, without falling back), output values (tolerance by dtype),
-dtypes, shapes, aliasing of outputs (same object as an input or an earlier output, shares storage
-with an input) and the values of inputs after the call (in-place ops on inputs).
+dtypes, shapes, strides, aliasing of outputs (same object as an input or an earlier output,
+shares storage with an input) and the values of inputs after the call (in-place ops on inputs).
 """
 from __future__ import annotations
 
@@ -85,9 +85,18 @@ def _compare_outputs(expected: tuple, actual: tuple) -> str | None:
     if not isinstance(actual, tuple) or len(actual) != len(expected):
         return f"output structure: expected {len(expected)} outputs, got {type(actual).__name__}"
     for i, (e, a) in enumerate(zip(expected, actual)):
-        problem = compare_tensors(e, a)
+        problem = compare_tensors(e, a) or _compare_strides(e, a)
         if problem:
             return f"output {i}: {problem}"
+    return None
+
+
+def _compare_strides(e: Any, a: Any) -> str | None:
+    """Outputs keep eager's layout (a size-1 dim's stride is free)."""
+    if not isinstance(e, torch.Tensor) or e.numel() <= 1:
+        return None
+    if [st for st, n in zip(e.stride(), e.shape) if n != 1] != [st for st, n in zip(a.stride(), a.shape) if n != 1]:
+        return f"strides: expected {e.stride()}, got {a.stride()} (shape {tuple(e.shape)})"
     return None
 
 
