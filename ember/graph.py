@@ -119,6 +119,12 @@ def dense_strides_like(shape: Sequence[Size], example_shape: Sequence[int], exam
     return tuple(strides)
 
 
+def channels_last_strides(shape: Sequence[Size]) -> tuple[Size, ...]:
+    """The strides of a 4-D (N, C, H, W) tensor laid out channels-last (NHWC in memory)."""
+    _, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
 def is_dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
     """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free; a
     derived size that may be 1, ``s0 - 1``, counts as a dim: no guard, and no false "dense")."""

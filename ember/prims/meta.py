@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import Size, TensorMeta, contiguous_strides, dense_in_order
+from ember.graph import Size, TensorMeta, channels_last_strides, contiguous_strides, dense_in_order
 from ember.prims import primitives as P
 from ember.symbolic import known_equal
 
@@ -306,7 +306,7 @@ def cat_rule(tensors: Sequence[TensorMeta], dim: int) -> TensorMeta:
     for t in tensors:
         shape[dim] = shape[dim] + t.shape[dim]
     if all(_is_channels_last(t) for t in tensors):
-        return TensorMeta(tuple(shape), _channels_last_strides(shape), tensors[0].dtype, torch.device(tensors[0].device))
+        return TensorMeta(tuple(shape), channels_last_strides(shape), tensors[0].dtype, torch.device(tensors[0].device))
     return _dense(shape, tensors[0].dtype, tensors[0].device)
 
 
@@ -318,13 +318,8 @@ def constant_pad_rule(x: TensorMeta, pad: Sequence[Size], value: Any) -> TensorM
         dim = len(shape) - 1 - i
         shape[dim] = shape[dim] + pad[2 * i] + pad[2 * i + 1]
     if _is_channels_last(x):
-        return TensorMeta(tuple(shape), _channels_last_strides(shape), x.dtype, torch.device(x.device))
+        return TensorMeta(tuple(shape), channels_last_strides(shape), x.dtype, torch.device(x.device))
     return _dense(shape, x.dtype, x.device)
-
-
-def _channels_last_strides(shape: Sequence[Size]) -> tuple[Size, ...]:
-    _, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
 
 
 def _is_channels_last(x: TensorMeta) -> bool:
@@ -332,7 +327,7 @@ def _is_channels_last(x: TensorMeta) -> bool:
     layout does not depend on their strides)."""
     if x.ndim != 4 or not all(isinstance(v, int) for v in (*x.shape, *x.stride)) or x.shape[1] == 1:
         return False
-    expected = _channels_last_strides(x.shape)
+    expected = channels_last_strides(x.shape)
     if expected == contiguous_strides(x.shape):
         return False
     return all(size == 1 or stride == want for size, stride, want in zip(x.shape, x.stride, expected))

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import contiguous_strides, is_dense
+from ember.graph import channels_last_strides, contiguous_strides, is_dense
 from ember.prims import ops
 from ember.symbolic import is_symbolic
 from ember.prims.registry import register
@@ -63,8 +63,7 @@ def _like_strides(x: Value, memory_format: Any) -> tuple[int, ...] | None:
     if not all(isinstance(v, int) for v in (*shape, *stride)):
         return None
     if memory_format is torch.channels_last and len(shape) == 4:
-        n, c, h, w = shape
-        return (h * w * c, 1, w * c, c)
+        return channels_last_strides(shape)
     if memory_format in (None, torch.preserve_format) and is_dense(shape, stride) and \
             any(size != 1 and st != want for size, st, want in zip(shape, stride, contiguous_strides(shape))):
         return stride
