@@ -343,6 +343,21 @@ class Graph:
 _RESERVED_NAMES = {"torch", "operator", "builtins", "inf", "nan", "forward"} | set(dir(builtins))
 
 
+def ancestors(roots: Iterable[Node], follow: Callable[[Node], bool] = lambda node: True) -> set[Node]:
+    """The roots and every node they are computed from, not looking past a node where ``follow``
+    is false (that node itself is included)."""
+    found: set[Node] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if follow(node):
+            stack.extend(node.inputs())
+    return found
+
+
 def target_name(target: Any) -> str:
     """A short readable name for a call target: 'add', 'linear', 'getitem'."""
     name = getattr(target, "name", None)

@@ -23,7 +23,7 @@ from ember.autodiff.extern_rules import autograd_vjp, rerun_is_exact, rule_for
 from ember.autodiff.patterns import pattern_vjp
 from ember.autodiff import prim_rules  # noqa: F401  (fills the registry)
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, contiguous_strides, target_name
+from ember.graph import Graph, Node, TensorMeta, ancestors, contiguous_strides, target_name
 from ember.symbolic import known_equal, known_equal_sizes
 from ember.prims import ops
 from ember.prims import primitives as P
@@ -148,16 +148,7 @@ def build_joint(prim_graph: Graph) -> Joint:
 
 def _ancestors(values: list[Node]) -> set[Node]:
     """Values these depend on, not through prims.detach (eager's autograd does not see past it)."""
-    found: set[Node] = set()
-    stack = list(values)
-    while stack:
-        node = stack.pop()
-        if node in found:
-            continue
-        found.add(node)
-        if node.target is not P.detach:
-            stack.extend(node.inputs())
-    return found
+    return ancestors(values, follow=lambda node: node.target is not P.detach)
 
 
 def _accumulate(grads: dict[Node, Any], node: Node, grad: Any) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 from ember import config
 from ember.autodiff.joint import Joint
 from ember.errors import CompileError
-from ember.graph import Graph, Node, TensorMeta, tree_map
+from ember.graph import Graph, Node, TensorMeta, ancestors, tree_map
 from ember.prims import primitives as P
 from ember.prims.primitives import Prim
 from ember.symbolic import hint_of
@@ -175,15 +175,7 @@ def _needed(cut: set[Node], read_by_backward: list[Node], index: dict[Node, int]
     forward order.  The cut also crosses free values nothing reads (a forward output downstream of
     a matmul): saving one would keep, say, a language model's logits alive until the backward
     after the caller dropped them."""
-    needed: set[Node] = set()
-    stack = list(read_by_backward)
-    while stack:
-        v = stack.pop()
-        if v in needed:
-            continue
-        needed.add(v)
-        if v not in cut:
-            stack.extend(u for u in v.inputs() if u in index)
+    needed = ancestors(read_by_backward, follow=lambda v: v not in cut)
     return sorted(needed & cut, key=index.__getitem__)
 
 
