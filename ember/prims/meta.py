@@ -323,14 +323,11 @@ def constant_pad_rule(x: TensorMeta, pad: Sequence[Size], value: Any) -> TensorM
 
 
 def _is_channels_last(x: TensorMeta) -> bool:
-    """A 4-D tensor laid out channels-last (plain int sizes; size-1 dims are ignored, as the
-    layout does not depend on their strides)."""
-    if x.ndim != 4 or not all(isinstance(v, int) for v in (*x.shape, *x.stride)) or x.shape[1] == 1:
+    """A 4-D tensor laid out channels-last and not also contiguous (plain int sizes)."""
+    if x.ndim != 4 or not all(isinstance(v, int) for v in (*x.shape, *x.stride)):
         return False
-    expected = channels_last_strides(x.shape)
-    if expected == contiguous_strides(x.shape):
-        return False
-    return all(size == 1 or stride == want for size, stride, want in zip(x.shape, x.stride, expected))
+    shape, stride = tuple(x.shape), tuple(x.stride)
+    return dense_in_order(shape, stride, (0, 2, 3, 1)) and not dense_in_order(shape, stride, (0, 1, 2, 3))
 
 
 def pool_argmax_rule(x: TensorMeta, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],

@@ -280,4 +280,6 @@ def test_resized_values_follow_a_channels_last_input(resize):
     for a, e in zip(out, expected):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
         assert a.stride() == e.stride()
-    assert "layout copy for an extern" not in sources[0].split("# ---- kernels")[0]
+    wrapper = sources[0].split("# ---- kernels")[0]
+    assert re.search(r"^\s+kernel\d+\(", wrapper, re.MULTILINE), wrapper     # compiled, not run eagerly
+    assert "layout copy for an extern" not in wrapper

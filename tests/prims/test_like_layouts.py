@@ -31,9 +31,17 @@ CREATIONS = {
 def test_like_keeps_eagers_strides(layout, create):
     x = INPUTS[layout]()
     fn = CREATIONS[create]
-    got, expected = ember.compile(fn, options={"fallback": "error"})(x), fn(x)
+    got, expected = _compiled_output(fn, x), fn(x)
     assert torch.equal(got, expected)
     assert got.stride() == expected.stride()
+
+
+def _compiled_output(fn, x):
+    """fn(x) through ember, asserting it ran as one graph of generated kernels (not eagerly)."""
+    report = ember.explain(fn, x)
+    assert report.graph_count == 1 and report.break_count == 0 and report.kernel_count >= 1, str(report)
+    assert not getattr(report.compiled[0], "eager_reason", None), str(report)
+    return report.output
 
 
 @pytest.mark.parametrize("layout", ["permuted_4d", "channels_last", "contiguous_4d"])
@@ -42,6 +50,6 @@ def test_like_channels_last_when_asked(layout):
 
     def fn(x):
         return torch.zeros_like(x, memory_format=torch.channels_last) + 1
-    got, expected = ember.compile(fn, options={"fallback": "error"})(x), fn(x)
+    got, expected = _compiled_output(fn, x), fn(x)
     assert torch.equal(got, expected)
     assert got.stride() == expected.stride()

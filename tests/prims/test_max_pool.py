@@ -5,6 +5,7 @@ generators.  Several poolings share one compiled function, so that the grid cost
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -64,12 +65,25 @@ def _poolings(configs, return_indices):
     return fn
 
 
-def _recording_backend(sources, options=None):
+def _keeping_backend(graphs, options=None):
     def backend(graph, example_inputs):
         compiled = compile_graph(graph, example_inputs, options={"fallback": "error", **(options or {})})
-        sources.append(compiled.source)
+        graphs.append(compiled)
         return compiled
     return backend
+
+
+def _assert_generated(graphs, kind):
+    """One graph of ``kind`` ("kernels", or "autograd" for training), compiled to kernels in every
+    part, none of which calls eager's pooling."""
+    assert [g.kind for g in graphs] == [kind], [(g.kind, getattr(g, "eager_reason", "")) for g in graphs]
+    parts = [graphs[0].source]
+    if kind == "autograd":
+        parts.append(graphs[0].call.backward_compiled.source)
+    for source in parts:
+        wrapper = source.split("# ---- kernels")[0]
+        assert re.search(r"^\s+kernel\d+\(", wrapper, re.MULTILINE), wrapper
+        assert "_extern_max_pool" not in wrapper, wrapper
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -80,10 +94,10 @@ def test_values_and_indices_match_eager(return_indices, device):
     assert len(configs) > 40
     fn = _poolings(configs, return_indices)
     x = _hard_input((2, 3, *size)).to(device)
-    sources = []
+    graphs = []
     with torch.no_grad():
-        got, expected = ember.compile(fn, backend=_recording_backend(sources))(x), fn(x)
-    assert "_extern_max_pool" not in sources[0].split("# ---- kernels")[0], "ran eager's kernel"
+        got, expected = ember.compile(fn, backend=_keeping_backend(graphs))(x), fn(x)
+    _assert_generated(graphs, "kernels")
     for window, a, e in zip(configs, got, expected):
         if return_indices:
             assert torch.equal(a[1], e[1]), window
@@ -108,7 +122,8 @@ def test_gradients_match_eager(dtype, device):
     xs = [torch.randn(2, 3, *size).to(device, dtype) for _ in configs]
     xs_e = [x.float().requires_grad_() for x in xs]
     xs_c = [x.clone().requires_grad_() for x in xs]
-    outs_e, outs_c = fn(*xs_e), ember.compile(fn, options={"fallback": "error"})(*xs_c)
+    graphs = []
+    outs_e, outs_c = fn(*xs_e), ember.compile(fn, backend=_keeping_backend(graphs))(*xs_c)
     grads = [torch.randn_like(o).to(dtype) for o in outs_e]
     grads_e = torch.autograd.grad(outs_e, xs_e, [g.float() for g in grads])
     grads_c = torch.autograd.grad(outs_c, xs_c, grads)
@@ -116,6 +131,7 @@ def test_gradients_match_eager(dtype, device):
         torch.testing.assert_close(a, e.to(dtype), rtol=0, atol=0, msg=str(window))
         assert g_c.dtype == dtype
         torch.testing.assert_close(g_c, g_e.to(dtype), rtol=0, atol=0, msg=str(window))
+    _assert_generated(graphs, "autograd")
 
 
 def test_gradient_goes_to_the_tap_eager_took():
@@ -124,11 +140,13 @@ def test_gradient_goes_to_the_tap_eager_took():
     fn = _poolings(configs, False)
     x = _hard_input((2, 3, 9, 8))
     x_e, x_c = x.clone().requires_grad_(), x.clone().requires_grad_()
-    outs_e, outs_c = fn(x_e), ember.compile(fn, options={"fallback": "error"})(x_c)
+    graphs = []
+    outs_e, outs_c = fn(x_e), ember.compile(fn, backend=_keeping_backend(graphs))(x_c)
     grads = [torch.arange(o.numel(), dtype=o.dtype).reshape(o.shape) for o in outs_e]
     (g_e,) = torch.autograd.grad(outs_e, x_e, grads)
     (g_c,) = torch.autograd.grad(outs_c, x_c, grads)
     torch.testing.assert_close(g_c, g_e, rtol=0, atol=0)
+    _assert_generated(graphs, "autograd")
 
 
 @pytest.mark.parametrize("options,device", [(None, "cpu"), ({"cpu_backend": "triton"}, "cpu")] +
@@ -145,8 +163,8 @@ def test_channels_last_training_step(options, device):
     def fn(x):
         values, indices = F.max_pool2d(torch.relu(conv(x)), 3, 2, 1, return_indices=True)
         return values * 2, indices
-    sources = []
-    values_c, indices_c = ember.compile(fn, backend=_recording_backend(sources, options))(x)
+    graphs = []
+    values_c, indices_c = ember.compile(fn, backend=_keeping_backend(graphs, options))(x)
     values_e, indices_e = fn(x)
     assert values_c.stride() == values_e.stride()
     assert torch.equal(indices_c, indices_e)
@@ -156,8 +174,7 @@ def test_channels_last_training_step(options, device):
     grads_e = torch.autograd.grad(values_e, list(conv.parameters()), grad)
     for a, e in zip(grads_c, grads_e):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
-    for source in sources:
-        assert "_extern_max_pool" not in source.split("# ---- kernels")[0], source.split("# ---- kernels")[0]
+    _assert_generated(graphs, "autograd")
 
 
 def test_integer_input_runs_eagers_kernel():
