@@ -45,11 +45,11 @@ compile_processes: int = int(os.environ.get("EMBER_COMPILE_PROCESSES", str(min(1
 # EMBER_DYNAMIC_CONV_CUDA=0 compiles such graphs with static sizes under dynamic shapes (A/B runs)
 dynamic_conv_cuda: bool = os.environ.get("EMBER_DYNAMIC_CONV_CUDA", "1") != "0"
 
-# devices where 2-D max pooling is generated (prims/decompositions/pooling.py): none by default
-# (session 25).  CUDA (H200): ResNet-50's training step 11.90 -> 11.43 GPU ms, but in a graph of 48
-# poolings one input gradient differed from eager's, where the same pooling alone and all 48 under
-# Triton's interpreter are exact.  CPU: 0.5-0.6x of eager's kernels (benchmarks/cpu_max_pool.py): the
-# kernels loop in logical order and wrap every tap's index with a modulo; and with a symbolic batch
-# size a channels-last input's pooled output was contiguous (tests/dynamic, case pools_batch).
-# EMBER_GENERATED_MAX_POOL=cpu,cuda
+# devices where 2-D max pooling is generated (prims/decompositions/pooling.py): none by default.
+# CUDA (H200): ResNet-50's training step 11.90 -> 11.43 GPU ms (session 25), but Triton 3.6 compiles
+# a kernel holding two of these gradients to wrong code unless LLVM's optimizer is off (session 26:
+# benchmarks/triton_llvm_repro/run.py; each gradient alone, or the interpreter, is right).  CPU:
+# 0.5-0.6x of eager's kernels (benchmarks/cpu_max_pool.py): the kernels loop in logical order and
+# wrap every tap's index with a modulo; and with a symbolic batch size a channels-last input's pooled
+# output was contiguous (tests/dynamic, case pools_batch).  EMBER_GENERATED_MAX_POOL=cpu,cuda
 generated_max_pool_devices: set[str] = {d for d in os.environ.get("EMBER_GENERATED_MAX_POOL", "").split(",") if d}
