@@ -147,6 +147,89 @@ def dense_in_order(shape: Sequence[int], stride: Sequence[int], order: Sequence[
     return True
 
 
+def elementwise_strides(shape: Sequence[Size], inputs: Sequence[TensorMeta]) -> tuple[Size, ...]:
+    """Strides of a fresh elementwise result, as eager's TensorIterator allocates it.
+
+    The dims are ordered by the inputs' strides (the first input with a strict order between
+    two dims decides; broadcast dims are ambiguous), then laid out densely in that order: a
+    permuted or channels-last input gives a permuted/channels-last result.  Contiguous when
+    sizes or strides are symbolic."""
+    shape = tuple(shape)
+    ndim = len(shape)
+    contiguous = contiguous_strides(shape)
+    if ndim <= 1 or not all(isinstance(s, int) for s in shape):
+        return contiguous
+    operands = []
+    for meta in inputs:
+        if len(meta.shape) != ndim or not all(isinstance(s, int) for s in tuple(meta.shape) + tuple(meta.stride)):
+            if len(meta.shape) == ndim:
+                return contiguous
+            continue   # a lower-rank operand only broadcasts (ambiguous everywhere)
+        # a broadcast dim (size 1 -> n) has stride 0 in TensorIterator
+        operands.append(tuple(0 if size == 1 and out != 1 else stride
+                              for size, out, stride in zip(meta.shape, shape, meta.stride)))
+    if not operands:
+        return contiguous
+    fast = _fast_setup_strides(shape, inputs)
+    if fast is not None:
+        return fast
+
+    def should_swap(dim0: int, dim1: int) -> int:
+        for strides in operands:
+            s0, s1 = strides[dim0], strides[dim1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 < s1:
+                return -1
+            if s0 > s1:
+                return 1
+            if shape[dim0] > shape[dim1]:
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))      # perm[0] is the fastest-moving dim
+    for i in range(1, ndim):                  # insertion sort with ambiguous comparisons (ATen's)
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            comparison = should_swap(perm[dim0], perm[dim1])
+            if comparison > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif comparison < 0:
+                break
+    if perm == list(range(ndim - 1, -1, -1)):
+        return contiguous
+    strides: list[Size] = [0] * ndim
+    running: Size = 1
+    for dim in perm:
+        strides[dim] = running
+        running = running * shape[dim]
+    return tuple(strides)
+
+
+def _fast_setup_strides(shape: tuple[int, ...], inputs: Sequence[TensorMeta]) -> tuple[int, ...] | None:
+    """TensorIterator's fast path: all operands of the output's shape and all contiguous /
+    all channels-last / all dense with equal strides -> that layout."""
+    if any(tuple(m.shape) != shape for m in inputs):
+        return None
+    ndim = len(shape)
+    if all(dense_in_order(shape, tuple(m.stride), range(ndim)) for m in inputs):
+        return contiguous_strides(shape)
+    if ndim == 4 and all(dense_in_order(shape, tuple(m.stride), (0, 2, 3, 1)) for m in inputs):
+        strides = [0] * 4
+        running = 1
+        for dim in (1, 3, 2, 0):
+            strides[dim] = running
+            running *= max(shape[dim], 1)
+        return tuple(strides)
+    first = tuple(inputs[0].stride)
+    if all(tuple(m.stride) == first for m in inputs):
+        order = sorted(range(ndim), key=lambda d: (-first[d], -shape[d]))
+        if dense_in_order(shape, first, order):
+            return first
+    return None
+
+
 class Node:
     """One operation (or input/output) of a Graph."""
 

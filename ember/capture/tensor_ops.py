@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import Unsupported
-from ..graph import TensorMeta, target_name
+from ..graph import TensorMeta, elementwise_strides, target_name
 from . import autocast
 from . import values as V
 from .sources import AttrSource
@@ -284,6 +284,8 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
         meta = _fix_meta(meta_result, device)
         if target in _CONVOLUTIONS:
             meta = _convolution_layout(inputs, meta)
+        elif target in _META_STRIDES_DIFFER and "out" not in graph_kwargs:
+            meta = _tensor_iterator_layout(inputs, meta)
         if in_place and args and isinstance(args[0], V.TensorValue):
             self_value = args[0]
             if meta.shape != self_value.meta.shape or meta.stride != self_value.meta.stride \
@@ -415,6 +417,25 @@ def _convolution_layout(inputs: list[V.TensorValue], meta: TensorMeta) -> Tensor
         return meta
     n, c, h, w = meta.shape
     return dataclasses.replace(meta, stride=(h * w * c, 1, w * c, c))
+
+
+# Binary ops whose meta kernels lay out a result other than eager's CPU and CUDA kernels when an
+# operand is broadcast and another permuted (logical_and(0-d, x.t()) is contiguous on meta, x.t()'s
+# layout in eager).  Found by comparing the meta device with the CPU on every elementwise op, with
+# permuted, sliced and channels-last operands against 0-d and broadcast ones (session 26).
+_META_STRIDES_DIFFER = {
+    torch.logical_and, torch.logical_or, torch.logical_xor, torch.copysign, torch.floor_divide,
+    torch.Tensor.logical_and, torch.Tensor.logical_or, torch.Tensor.logical_xor, torch.Tensor.copysign,
+    torch.Tensor.floor_divide, torch.Tensor.__floordiv__, torch.Tensor.__rfloordiv__, operator.floordiv,
+}
+
+
+def _tensor_iterator_layout(inputs: list[V.TensorValue], meta: TensorMeta) -> TensorMeta:
+    """The result's strides as eager's TensorIterator chooses them (graph.elementwise_strides)."""
+    sizes = tuple(meta.shape) + tuple(s for t in inputs for s in (*t.meta.shape, *t.meta.stride))
+    if not all(isinstance(s, int) for s in sizes):
+        return meta
+    return dataclasses.replace(meta, stride=tuple(elementwise_strides(meta.shape, [t.meta for t in inputs])))
 
 
 def _channels_last(meta: TensorMeta) -> bool:
