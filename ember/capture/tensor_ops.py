@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import Unsupported
-from ..graph import TensorMeta, elementwise_strides, target_name
+from ..graph import TensorMeta, contiguous_strides, elementwise_strides, target_name
 from . import autocast
 from . import values as V
 from .sources import AttrSource
@@ -286,6 +286,10 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
             meta = _convolution_layout(inputs, meta)
         elif target in _META_STRIDES_DIFFER and "out" not in graph_kwargs:
             meta = _tensor_iterator_layout(inputs, meta)
+        elif _is_scalar_base_pow(target, args) and "out" not in graph_kwargs:
+            # eager's pow(Scalar, Tensor) fills a fresh contiguous tensor; the meta kernel follows
+            # the exponent's layout
+            meta = dataclasses.replace(meta, stride=contiguous_strides(meta.shape))
         if in_place and args and isinstance(args[0], V.TensorValue):
             self_value = args[0]
             if meta.shape != self_value.meta.shape or meta.stride != self_value.meta.stride \
@@ -436,6 +440,17 @@ def _tensor_iterator_layout(inputs: list[V.TensorValue], meta: TensorMeta) -> Te
     if not all(isinstance(s, int) for s in sizes):
         return meta
     return dataclasses.replace(meta, stride=tuple(elementwise_strides(meta.shape, [t.meta for t in inputs])))
+
+
+def _is_scalar_base_pow(target: Callable, args: list[V.Value]) -> bool:
+    """A number raised to a tensor: ``2 ** x``, ``torch.pow(2, x)``, ``x.__rpow__(2)``."""
+    if target in (torch.pow, operator.pow) and len(args) == 2:
+        base, exponent = args
+    elif target is torch.Tensor.__rpow__ and len(args) == 2:
+        exponent, base = args
+    else:
+        return False
+    return isinstance(exponent, V.TensorValue) and not isinstance(base, V.TensorValue)
 
 
 def _channels_last(meta: TensorMeta) -> bool:

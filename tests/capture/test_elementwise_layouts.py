@@ -2,8 +2,10 @@
 channels-last and the other is 0-d or broadcast.  Capture takes result metadata from the meta
 device, whose kernels for logical_and/or/xor, copysign and floor_divide lay such results out
 contiguously where eager's CPU and CUDA kernels follow the permuted operand; capture corrects
-those with TensorIterator's rule (graph.elementwise_strides).  Every op, layout, partner and
-operand order is compared with eager: values and strides, and the graph must be compiled."""
+those with TensorIterator's rule (graph.elementwise_strides).  A number raised to a tensor is
+contiguous in eager whatever the exponent's layout; the meta kernel follows the exponent.  Every
+op, layout, partner and operand order is compared with eager: values and strides, and the graph
+must be compiled."""
 from __future__ import annotations
 
 import operator
@@ -63,3 +65,30 @@ def test_result_layout_is_eagers(op, layout):
         where = f"{op}({'x' if a is x else tuple(a.shape)}, {'x' if b is x else tuple(b.shape)})"
         torch.testing.assert_close(got, expected, equal_nan=True, msg=where)
         assert got.stride() == expected.stride(), where
+
+
+POWERS = {
+    "1 ** x": lambda x: 1 ** x, "2 ** x": lambda x: 2 ** x, "-1 ** x": lambda x: -1 ** x,
+    "torch.pow(1.5, x)": lambda x: torch.pow(1.5, x), "x.__rpow__(3)": lambda x: x.__rpow__(3),
+    "True ** x": lambda x: True ** x,
+    # a tensor base follows the tensor's layout, as any elementwise op
+    "x ** 2": lambda x: x ** 2, "torch.pow(x, x)": lambda x: torch.pow(x, x),
+}
+
+
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "channels_last", "sliced"])
+def test_number_to_a_tensor_power_is_contiguous(layout):
+    """Eager's pow(Scalar, Tensor) fills a fresh contiguous tensor whatever the exponent's layout
+    (the meta kernel says otherwise); ``x ** n`` keeps x's layout."""
+    x = _layouts()[layout]
+    xs = [x, (x * 3).round().to(torch.int64) if x.ndim else x]
+
+    def program(a, b):
+        return [power(t) for power in POWERS.values() for t in (a, b)]
+    report = ember.explain(program, *xs)
+    assert report.graph_count == 1 and report.break_count == 0 and report.kernel_count >= 1, str(report)
+    assert not getattr(report.compiled[0], "eager_reason", None), str(report)
+    names = [f"{name} ({t.dtype})" for name in POWERS for t in xs]
+    for name, got, expected in zip(names, report.output, program(*xs)):
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=name)
+        assert got.stride() == expected.stride(), name
