@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import Unsupported
-from ..graph import TensorMeta, contiguous_strides, elementwise_strides, target_name
+from ..graph import TensorMeta, channels_last_strides, contiguous_strides, elementwise_strides, target_name
 from . import autocast
 from . import values as V
 from .sources import AttrSource
@@ -281,15 +281,7 @@ def _record(session: Any, target: Callable, args: list[V.Value], kwargs: dict[st
     in_place = _is_in_place(target, graph_kwargs)
 
     if isinstance(meta_result, torch.Tensor):
-        meta = _fix_meta(meta_result, device)
-        if target in _CONVOLUTIONS:
-            meta = _convolution_layout(inputs, meta)
-        elif target in _META_STRIDES_DIFFER and "out" not in graph_kwargs:
-            meta = _tensor_iterator_layout(inputs, meta)
-        elif _is_scalar_base_pow(target, args) and "out" not in graph_kwargs:
-            # eager's pow(Scalar, Tensor) fills a fresh contiguous tensor; the meta kernel follows
-            # the exponent's layout
-            meta = dataclasses.replace(meta, stride=contiguous_strides(meta.shape))
+        meta = _eager_layout(target, args, graph_kwargs, inputs, _fix_meta(meta_result, device))
         if in_place and args and isinstance(args[0], V.TensorValue):
             self_value = args[0]
             if meta.shape != self_value.meta.shape or meta.stride != self_value.meta.stride \
@@ -411,6 +403,26 @@ def _note_mutation(session: Any, value: V.TensorValue) -> None:
         session.mutated_inputs.add(-1)  # a view of something may be an input; be conservative
 
 
+def _eager_layout(target: Callable, args: list[V.Value], kwargs: dict[str, Any], inputs: list[V.TensorValue],
+                  meta: TensorMeta) -> TensorMeta:
+    """The result's strides as eager's kernels lay it out, where the meta kernels differ.  Found by
+    comparing the meta device with the CPU for permuted, sliced and channels-last inputs
+    (benchmarks/stride_sweep.py and session 26's scans); CUDA is assumed to follow the CPU only
+    where the rule is TensorIterator's or a composite op's."""
+    if "out" in kwargs:
+        return meta
+    if target in _CONVOLUTIONS:
+        return _convolution_layout(inputs, meta)
+    if target in _TENSOR_ITERATOR_OPS:
+        return _tensor_iterator_layout(inputs, meta)
+    if _is_scalar_base_pow(target, args):
+        # eager's pow(Scalar, Tensor) fills a fresh contiguous tensor; the meta kernel follows the exponent
+        return dataclasses.replace(meta, stride=contiguous_strides(meta.shape))
+    if meta.device.type == "cpu" and inputs and _suggests_format(target, args, kwargs):
+        return _suggested_format_layout(inputs[0].meta, meta)
+    return meta
+
+
 _CONVOLUTIONS = {F.conv2d, torch.conv2d, F.conv_transpose2d, torch.conv_transpose2d}
 
 
@@ -425,9 +437,8 @@ def _convolution_layout(inputs: list[V.TensorValue], meta: TensorMeta) -> Tensor
 
 # Binary ops whose meta kernels lay out a result other than eager's CPU and CUDA kernels when an
 # operand is broadcast and another permuted (logical_and(0-d, x.t()) is contiguous on meta, x.t()'s
-# layout in eager).  Found by comparing the meta device with the CPU on every elementwise op, with
-# permuted, sliced and channels-last operands against 0-d and broadcast ones (session 26).
-_META_STRIDES_DIFFER = {
+# layout in eager): 108 of 672 op/layout/operand cases of every binary elementwise op.
+_TENSOR_ITERATOR_OPS = {
     torch.logical_and, torch.logical_or, torch.logical_xor, torch.copysign, torch.floor_divide,
     torch.Tensor.logical_and, torch.Tensor.logical_or, torch.Tensor.logical_xor, torch.Tensor.copysign,
     torch.Tensor.floor_divide, torch.Tensor.__floordiv__, torch.Tensor.__rfloordiv__, operator.floordiv,
@@ -451,6 +462,35 @@ def _is_scalar_base_pow(target: Callable, args: list[V.Value]) -> bool:
     else:
         return False
     return isinstance(exponent, V.TensorValue) and not isinstance(base, V.TensorValue)
+
+
+# Ops whose CPU kernels allocate the result in the input's suggested memory format (channels-last
+# stays channels-last, any other layout becomes contiguous), where the meta kernels keep a permuted
+# layout (batch_norm) or make a channels-last input contiguous (the rest).
+_SUGGESTED_FORMAT_OPS = {
+    F.batch_norm, torch.batch_norm, F.group_norm, torch.group_norm, F.pixel_shuffle, torch.pixel_shuffle,
+    F.channel_shuffle, torch.channel_shuffle, torch.roll, torch.Tensor.roll,
+}
+
+
+def _suggests_format(target: Callable, args: list[V.Value], kwargs: dict[str, Any]) -> bool:
+    if target in _SUGGESTED_FORMAT_OPS:
+        return True
+    if target is F.pad:     # F.pad(x, pad, mode="constant", value=None): the replicate and reflect kernels
+        mode = kwargs.get("mode", args[2] if len(args) > 2 else "constant")
+        return getattr(mode, "value", mode) in ("replicate", "reflect")
+    return False
+
+
+def _suggested_format_layout(input_meta: TensorMeta, meta: TensorMeta) -> TensorMeta:
+    sizes = tuple(meta.shape) + tuple(input_meta.shape) + tuple(input_meta.stride)
+    if not all(isinstance(s, int) for s in sizes):
+        return meta
+    if meta.ndim == 4 and input_meta.ndim == 4 and _channels_last(input_meta):
+        return dataclasses.replace(meta, stride=channels_last_strides(meta.shape))
+    if meta.ndim == 5:        # channels_last_3d: not compared with eager; the meta kernel's answer stays
+        return meta
+    return dataclasses.replace(meta, stride=contiguous_strides(meta.shape))
 
 
 def _channels_last(meta: TensorMeta) -> bool:

@@ -207,8 +207,12 @@ class _Converter:
         if not (isinstance(result, Value) and result.is_tensor and isinstance(meta, TensorMeta)):
             return
         target = result.node.target
-        if result.node not in self.emitter.log or not isinstance(target, Prim) or \
-                target.kind not in ("elementwise", "reduction"):
+        if result.node not in self.emitter.log:
+            return
+        if target is node.target:       # the decomposition called the op itself (F.pad's reflect mode)
+            result.meta = result.node.meta = _in_captured_layout(result.meta, meta)
+            return
+        if not isinstance(target, Prim) or target.kind not in ("elementwise", "reduction"):
             return
         current = result.meta
         if any(is_symbolic(v) for v in current.shape + current.stride):
@@ -349,11 +353,12 @@ class _Converter:
             return self._wrap(emit(target, *args, **kwargs))
         symbolic = symbolic_output_meta(target, args, kwargs, _meta_of, _device(args, kwargs))
         if symbolic is not None:      # dynamic shapes: a fresh result, its sizes as expressions
-            return self._wrap(emit_with_meta(target, symbolic, args, kwargs))
+            return self._wrap(emit_with_meta(target, _in_captured_layout(symbolic, node.meta), args, kwargs))
         out, arg_tensors = meta_call(target, args, kwargs)
         views = _shared_storage(out, arg_tensors)
         if not views:
-            return self._wrap(emit_with_meta(target, metas_of(out, _device(args, kwargs)), args, kwargs))
+            metas = _in_captured_layout(metas_of(out, _device(args, kwargs)), node.meta)
+            return self._wrap(emit_with_meta(target, metas, args, kwargs))
         return self._extern_views(target, args, kwargs, out, views)
 
     def _extern_views(self, target: Any, args: tuple, kwargs: dict, out: Any,
@@ -497,6 +502,17 @@ class _Converter:
                 value.meta = value.node.meta = dataclasses.replace(value.meta, stride=tuple(original.stride))
         self.output_nodes.add(value.node)
         return value
+
+
+def _in_captured_layout(meta: Any, captured: Any) -> Any:
+    """An Extern's result laid out as capture recorded it: the Extern runs eager's op, which lays out
+    its result as eager does, and capture's meta holds the corrections where the meta kernels differ
+    (capture/tensor_ops.py _eager_layout: roll or replicate padding of a channels-last input)."""
+    if not (isinstance(meta, TensorMeta) and isinstance(captured, TensorMeta) and _dense(captured)):
+        return meta
+    if tuple(meta.shape) != tuple(captured.shape) or meta.dtype != captured.dtype:
+        return meta
+    return dataclasses.replace(meta, stride=tuple(captured.stride))
 
 
 def _dense(meta: TensorMeta) -> bool:

@@ -208,8 +208,7 @@ def cat(tensors: Sequence[Value], dim: int = 0) -> Value:
     if not kept:
         return ops.full((0,), 0, dtype, tensors[0].device)     # a new tensor, as eager's
     dim = ops.normalize_dim(dim, kept[0].ndim)
-    if len(kept) == 1:
-        return ops.cast(kept[0], dtype)
+    # one tensor too: a new tensor in cat's layout (a transposed input comes back contiguous)
     return ops.emit(P.cat, [ops.cast(t, dtype) for t in kept], dim)
 
 
