@@ -510,6 +510,8 @@ def _in_captured_layout(meta: Any, captured: Any) -> Any:
     (capture/tensor_ops.py _eager_layout: roll or replicate padding of a channels-last input)."""
     if not (isinstance(meta, TensorMeta) and isinstance(captured, TensorMeta) and _dense(captured)):
         return meta
+    if any(is_symbolic(v) for v in (*meta.shape, *meta.stride)):
+        return meta     # dynamic shapes: comparing a symbolic size with capture's hint would guard on it
     if tuple(meta.shape) != tuple(captured.shape) or meta.dtype != captured.dtype:
         return meta
     return dataclasses.replace(meta, stride=tuple(captured.stride))
