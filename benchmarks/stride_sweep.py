@@ -2,7 +2,8 @@
 (each 2-D+ tensor transposed in memory, 4-D ones channels-last): the layout half of "the same
 result as eager", which the OpInfo value suites do not check (a diagnosis, not a test).
 
-    python benchmarks/stride_sweep.py [--samples 2] [--ops add,mul] [--out sweep.txt]
+    python benchmarks/stride_sweep.py [--samples 2] [--ops add,mul] [--layout permuted|sliced|offset]
+                                      [--dtype float32|bfloat16|float16] [--out sweep.txt]
 
 Prints one line per (op, sample) whose compiled output strides differ from eager's (size-1 dims
 free; only dense outputs with more than one element) or whose values do (rtol = atol = 1e-4; not
@@ -20,9 +21,24 @@ import torch
 import ember
 
 
+LAYOUT = "permuted"
+
+
 def _permuted(t: torch.Tensor) -> torch.Tensor:
-    """The same values in another memory layout."""
+    """The same values in another memory layout (LAYOUT): permuted (2-D+ transposed in memory, 4-D
+    channels-last), sliced (every other element of a buffer twice as long in the last dim) or offset
+    (a view starting one element into its storage)."""
     if t.layout != torch.strided:
+        return t
+    if LAYOUT == "sliced" and t.ndim >= 1:
+        wide = torch.zeros(t.shape[:-1] + (2 * t.shape[-1],), dtype=t.dtype)
+        wide[..., ::2] = t
+        return wide[..., ::2]
+    if LAYOUT == "offset":
+        flat = torch.zeros(t.numel() + 1, dtype=t.dtype)
+        flat[1:] = t.reshape(-1)
+        return flat[1:].view(t.shape)
+    if LAYOUT != "permuted":
         return t
     if t.ndim == 4:
         return t.contiguous(memory_format=torch.channels_last)
@@ -82,7 +98,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--ops", default="")
     parser.add_argument("--out", default="")
+    parser.add_argument("--layout", default="permuted", choices=["permuted", "sliced", "offset"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
+    global LAYOUT
+    LAYOUT = args.layout
+    dtype = getattr(torch, args.dtype)
     wanted = set(args.ops.split(",")) if args.ops else None
     warnings.simplefilter("ignore")
     counts = {"compiled": 0, "eager": 0, "eager raises": 0, "error": 0, "differ": 0, "values differ": 0}
@@ -91,10 +112,10 @@ def main() -> None:
         name = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
         if wanted and info.name not in wanted and name not in wanted:
             continue
-        if not info.supports_dtype(torch.float32, "cpu"):
+        if not info.supports_dtype(dtype, "cpu"):
             continue
         try:
-            samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=False))[:args.samples]
+            samples = list(info.sample_inputs("cpu", dtype, requires_grad=False))[:args.samples]
         except Exception:  # noqa: BLE001
             continue
         for number, sample in enumerate(samples):
@@ -126,7 +147,8 @@ def main() -> None:
                 if isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor) and e.layout == torch.strided \
                         and not uninitialized:
                     try:
-                        torch.testing.assert_close(a, e, equal_nan=True, check_stride=False, atol=1e-4, rtol=1e-4)
+                        tolerance = {} if e.dtype in (torch.bfloat16, torch.float16) else {"atol": 1e-4, "rtol": 1e-4}
+                        torch.testing.assert_close(a, e, equal_nan=True, check_stride=False, **tolerance)
                     except AssertionError as exc:
                         counts["values differ"] += 1
                         lines.append(f"VALUES {name}[{number}] output {index}: {' '.join(str(exc).split())[:200]}")

@@ -1,6 +1,7 @@
 """Elementwise math, comparisons, casts, clamp/lerp/addcmul and friends."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import is_dense
+from ember.graph import channels_last_strides, contiguous_strides, is_dense
 from ember.prims import ops
 from ember.prims.registry import register
 from ember.prims.type_promotion import Promotion, computation_dtype, result_type
@@ -454,9 +455,56 @@ _CAST_METHODS = {T.float: torch.float32, T.double: torch.float64, T.half: torch.
                  T.char: torch.int8, T.byte: torch.uint8, T.bool: torch.bool}
 
 
+def _format_strides(x: Value, memory_format: Any) -> tuple | None:
+    """The strides ``memory_format`` gives x's shape (None for preserve_format or none given)."""
+    shape = tuple(x.shape)
+    if memory_format is torch.contiguous_format:
+        return contiguous_strides(shape)
+    if memory_format is torch.channels_last:
+        if len(shape) != 4:
+            raise RuntimeError("required rank 4 tensor to use channels_last format")
+        return channels_last_strides(shape)
+    if memory_format is torch.channels_last_3d:
+        if len(shape) != 5:
+            raise RuntimeError("required rank 5 tensor to use channels_last_3d format")
+        n, c, d, h, w = shape
+        return (d * h * w * c, 1, h * w * c, w * c, c)
+    return None
+
+
+def _laid_out(x: Value, stride: tuple) -> bool:
+    """x has these strides where it matters (size-1 dims are free, as in is_contiguous(format))."""
+    return all(isinstance(a, int) and a == b for a, b, n in zip(x.meta.stride, stride, x.shape) if n != 1)
+
+
+def _in_format(x: Value, memory_format: Any, fresh: bool) -> Value:
+    """x in ``memory_format``: x itself when it is laid out so already, else a copy with those strides.
+    ``fresh``: x was just computed here (a cast), so its own layout may be set instead of copying."""
+    stride = _format_strides(x, memory_format)
+    if stride is None or _laid_out(x, stride):
+        return x
+    if not fresh:
+        x = ops.clone(x)
+    x.meta = x.node.meta = dataclasses.replace(x.meta, stride=tuple(stride))
+    return x
+
+
+def _fresh_copy(x: Value, memory_format: Any) -> Value:
+    """A new tensor with x's values (``x.to(copy=True)``): in ``memory_format``, or for
+    preserve_format in x's layout when x is dense (eager's empty_like), else contiguous."""
+    copy = ops.clone(x)
+    if memory_format not in (None, torch.preserve_format):
+        return _in_format(copy, memory_format, fresh=True)
+    stride = tuple(x.meta.stride)
+    if all(isinstance(v, int) for v in (*x.shape, *stride)) and is_dense(tuple(x.shape), stride):
+        copy.meta = copy.node.meta = dataclasses.replace(copy.meta, stride=stride)
+    return copy
+
+
 def _cast_method(dtype: torch.dtype):
     def cast_method(x: Value, memory_format: Any = None) -> Value:
-        return ops.cast(x, dtype)  # same dtype: eager returns self (an alias)
+        result = ops.cast(x, dtype)  # same dtype: eager returns self (an alias)
+        return _in_format(result, memory_format, fresh=result is not x)
     return cast_method
 
 
@@ -477,9 +525,10 @@ def to(x: Value, *args: Any, **kwargs: Any) -> Any:
     if device is not None and torch.device(device) != x.device:
         return ops.extern(T.to, x, *args, **kwargs)
     result = ops.cast(x, dtype) if dtype is not None else x
+    memory_format = kwargs.get("memory_format")
     if kwargs.get("copy") and result is x:
-        result = ops.clone(x)
-    return result
+        return _fresh_copy(x, memory_format)
+    return _in_format(result, memory_format, fresh=result is not x)
 
 
 @register(T.type, view=True)
@@ -509,17 +558,17 @@ def clone(x: Value, *, memory_format: Any = None) -> Value:
             same_layout = is_dense(meta.shape, meta.stride)
         except TypeError:       # symbolic strides that do not order: copy, never guess
             same_layout = False
-    elif memory_format is torch.contiguous_format:
-        same_layout = meta.is_contiguous()
     else:
-        same_layout = True      # channels_last and the like: as before
+        return _in_format(x, memory_format, fresh=False)
     return x if same_layout else ops.clone(x)
 
 
 @register(T.contiguous, view=True)
 def contiguous(x: Value, memory_format: Any = torch.contiguous_format) -> Value:
-    # eager returns self when already contiguous (an alias) and a fresh copy otherwise
-    return x if x.meta.is_contiguous() else ops.clone(x)
+    # eager returns self when already laid out so (an alias) and a fresh copy otherwise
+    if memory_format is torch.preserve_format:
+        raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
+    return _in_format(x, memory_format, fresh=False)
 
 
 @register(T.detach, torch.detach, T.requires_grad_, view=True)
