@@ -77,3 +77,24 @@ def test_channels_last_of_a_3d_tensor_raises_as_eager():
         torch.randn(2, 3, 4).contiguous(memory_format=CL)
     with pytest.raises(Exception, match="rank 4"):
         ember.compile(lambda x: x.contiguous(memory_format=CL))(torch.randn(2, 3, 4))
+
+
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
+def test_contiguous_stays_an_alias_with_symbolic_sizes(dynamic):
+    """x.contiguous() of a contiguous x is x itself, at symbolic sizes too: a write through it
+    reaches x (a copy would lose the write); channels-last requests still convert."""
+    def write_through(x):
+        y = x.contiguous()
+        y.add_(1)
+        return y * 2
+
+    def to_channels_last(x):
+        return x.contiguous(memory_format=CL)
+    compiled_write, compiled_cl = (ember.compile(f, dynamic=dynamic) for f in (write_through, to_channels_last))
+    for n in (3, 4, 5):
+        x_e = torch.randn(n, 4)
+        x_c = x_e.clone()
+        torch.testing.assert_close(compiled_write(x_c), write_through(x_e))
+        torch.testing.assert_close(x_c, x_e)
+        image = torch.randn(n, 3, 4, 5)
+        assert compiled_cl(image).stride() == to_channels_last(image).stride()

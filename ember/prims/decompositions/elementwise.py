@@ -14,6 +14,7 @@ from ember.prims import ops
 from ember.prims.registry import register
 from ember.prims.type_promotion import Promotion, computation_dtype, result_type
 from ember.prims.values import Value, is_tensor
+from ember.symbolic import known_equal
 
 T = torch.Tensor
 special = torch.special
@@ -473,8 +474,13 @@ def _format_strides(x: Value, memory_format: Any) -> tuple | None:
 
 
 def _laid_out(x: Value, stride: tuple) -> bool:
-    """x has these strides where it matters (size-1 dims are free, as in is_contiguous(format))."""
-    return all(isinstance(a, int) and a == b for a, b, n in zip(x.meta.stride, stride, x.shape) if n != 1)
+    """x has these strides where it matters (size-1 dims are free, as in is_contiguous(format)),
+    provably at every size: no guard is taken, and a symbolic x that is not known to be so gets
+    copied (then x.contiguous() of a contiguous x must still be x itself: is_contiguous decides)."""
+    if stride == contiguous_strides(tuple(x.shape)) and x.meta.is_contiguous():
+        return True
+    return all(known_equal(a, b) for a, b, n in zip(x.meta.stride, stride, x.shape)
+               if not (isinstance(n, int) and n == 1))
 
 
 def _in_format(x: Value, memory_format: Any, fresh: bool) -> Value:
