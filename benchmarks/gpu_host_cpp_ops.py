@@ -8,6 +8,7 @@ import os
 import time
 
 import torch
+from gpu_host_ops import per_call_us
 from torch.utils.cpp_extension import load_inline
 
 CPP = r"""
@@ -29,25 +30,6 @@ at::Tensor mm_views(const at::Tensor& a, c10::IntArrayRef as, c10::IntArrayRef a
     return at::mm(reinterpret(a, as, ast, ao), reinterpret(b, bs, bst, bo));
 }
 """
-
-
-def sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def per_call_us(fn, repeats=2000, rounds=7):
-    for _ in range(50):
-        fn()
-    sync()
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.thread_time()
-        for _ in range(repeats):
-            fn()
-        best = min(best, (time.thread_time() - start) / repeats * 1e6)
-        sync()
-    return best
 
 
 def main():

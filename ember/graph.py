@@ -125,6 +125,24 @@ def channels_last_strides(shape: Sequence[Size]) -> tuple[Size, ...]:
     return (h * w * c, 1, w * c, c)
 
 
+def memory_format_strides(shape: Sequence[Size], memory_format: Any) -> tuple[Size, ...] | None:
+    """The strides a ``memory_format`` gives ``shape``; None for preserve_format (or None).  A
+    channels-last format of the wrong rank raises eager's error."""
+    shape = tuple(shape)
+    if memory_format is torch.contiguous_format:
+        return contiguous_strides(shape)
+    if memory_format is torch.channels_last:
+        if len(shape) != 4:
+            raise RuntimeError("required rank 4 tensor to use channels_last format")
+        return channels_last_strides(shape)
+    if memory_format is torch.channels_last_3d:
+        if len(shape) != 5:
+            raise RuntimeError("required rank 5 tensor to use channels_last_3d format")
+        _, c, d, h, w = shape
+        return (d * h * w * c, 1, h * w * c, w * c, c)
+    return None
+
+
 def is_dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
     """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free; a
     derived size that may be 1, ``s0 - 1``, counts as a dim: no guard, and no false "dense")."""

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import ember
+from ember.backend import compile_graph
+from ember.debug.explain import report_from_events
 
 CL, CF, PF = torch.channels_last, torch.contiguous_format, torch.preserve_format
 METHODS = {
@@ -23,6 +25,15 @@ METHODS = {
     "float": lambda x, f: x.float(memory_format=f),
 }
 FORMATS = {"channels_last": CL, "contiguous_format": CF, "preserve_format": PF}
+
+
+def _keeping_backend(graphs):
+    """The ember backend with no eager fallback, keeping each compiled graph."""
+    def backend(graph, example_inputs):
+        compiled = compile_graph(graph, example_inputs, options={"fallback": "error"})
+        graphs.append(compiled)
+        return compiled
+    return backend
 
 
 def _inputs():
@@ -65,7 +76,9 @@ def test_channels_last_conversion_in_training():
     x = _inputs()["nchw"]
     x_e, x_c = x.clone().requires_grad_(), x.clone().requires_grad_()
     y_e, loss_e = step(x_e)
-    y_c, loss_c = ember.compile(step)(x_c)
+    graphs = []
+    y_c, loss_c = ember.compile(step, backend=_keeping_backend(graphs))(x_c)
+    assert [g.kind for g in graphs] == ["autograd"], [g.kind for g in graphs]
     assert y_c.stride() == y_e.stride()
     loss_e.backward()
     loss_c.backward()
@@ -90,11 +103,17 @@ def test_contiguous_stays_an_alias_with_symbolic_sizes(dynamic):
 
     def to_channels_last(x):
         return x.contiguous(memory_format=CL)
-    compiled_write, compiled_cl = (ember.compile(f, dynamic=dynamic) for f in (write_through, to_channels_last))
-    for n in (3, 4, 5):
+    compiled_write, compiled_cl = (ember.compile(f, dynamic=dynamic, options={"fallback": "error"})
+                                   for f in (write_through, to_channels_last))
+    for n in (6, 7, 9):      # no size equal to another dim's (duck sizing would share a symbol)
         x_e = torch.randn(n, 4)
         x_c = x_e.clone()
         torch.testing.assert_close(compiled_write(x_c), write_through(x_e))
         torch.testing.assert_close(x_c, x_e)
         image = torch.randn(n, 3, 4, 5)
         assert compiled_cl(image).stride() == to_channels_last(image).stride()
+    # compiled (fallback="error": never eagerly), and at symbolic sizes: one graph with
+    # dynamic=True, a static then a symbolic one with automatic dynamic shapes, not one per size
+    for compiled in (compiled_write, compiled_cl):
+        report = report_from_events(list(compiled._ember_captured.events))
+        assert report.graph_count == (1 if dynamic else 2) and report.kernel_count >= 1, str(report)

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import channels_last_strides, contiguous_strides, is_dense
+from ember.graph import contiguous_strides, is_dense, memory_format_strides
 from ember.prims import ops
 from ember.symbolic import is_symbolic
 from ember.prims.registry import register
@@ -62,8 +62,8 @@ def _like_strides(x: Value, memory_format: Any) -> tuple[int, ...] | None:
     shape, stride = tuple(x.shape), tuple(x.meta.stride)
     if not all(isinstance(v, int) for v in (*shape, *stride)):
         return None
-    if memory_format is torch.channels_last and len(shape) == 4:
-        return channels_last_strides(shape)
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        return memory_format_strides(shape, memory_format)
     if memory_format in (None, torch.preserve_format) and is_dense(shape, stride) and \
             any(size != 1 and st != want for size, st, want in zip(shape, stride, contiguous_strides(shape))):
         return stride

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import channels_last_strides, contiguous_strides, is_dense
+from ember.graph import contiguous_strides, is_dense, memory_format_strides
 from ember.prims import ops
 from ember.prims.registry import register
 from ember.prims.type_promotion import Promotion, computation_dtype, result_type
@@ -456,23 +456,6 @@ _CAST_METHODS = {T.float: torch.float32, T.double: torch.float64, T.half: torch.
                  T.char: torch.int8, T.byte: torch.uint8, T.bool: torch.bool}
 
 
-def _format_strides(x: Value, memory_format: Any) -> tuple | None:
-    """The strides ``memory_format`` gives x's shape (None for preserve_format or none given)."""
-    shape = tuple(x.shape)
-    if memory_format is torch.contiguous_format:
-        return contiguous_strides(shape)
-    if memory_format is torch.channels_last:
-        if len(shape) != 4:
-            raise RuntimeError("required rank 4 tensor to use channels_last format")
-        return channels_last_strides(shape)
-    if memory_format is torch.channels_last_3d:
-        if len(shape) != 5:
-            raise RuntimeError("required rank 5 tensor to use channels_last_3d format")
-        n, c, d, h, w = shape
-        return (d * h * w * c, 1, h * w * c, w * c, c)
-    return None
-
-
 def _laid_out(x: Value, stride: tuple) -> bool:
     """x has these strides where it matters (size-1 dims are free, as in is_contiguous(format)),
     provably at every size: no guard is taken, and a symbolic x that is not known to be so gets
@@ -486,7 +469,7 @@ def _laid_out(x: Value, stride: tuple) -> bool:
 def _in_format(x: Value, memory_format: Any, fresh: bool) -> Value:
     """x in ``memory_format``: x itself when it is laid out so already, else a copy with those strides.
     ``fresh``: x was just computed here (a cast), so its own layout may be set instead of copying."""
-    stride = _format_strides(x, memory_format)
+    stride = memory_format_strides(tuple(x.shape), memory_format)
     if stride is None or _laid_out(x, stride):
         return x
     if not fresh:
