@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import ember
+from ember.backend import compile_graph
 
 
 def _inputs():
@@ -74,7 +75,13 @@ def test_training_batch_norm_keeps_eagers_layout_and_gradients(layout):
         return y, (y * torch.arange(y.numel()).reshape(y.shape)).sum()
     x_e, x_c = x.clone().requires_grad_(), x.clone().requires_grad_()
     y_e, loss_e = step(eager_norm, x_e)
-    y_c, loss_c = ember.compile(step)(compiled_norm, x_c)
+    graphs = []
+
+    def backend(graph, example_inputs):     # no eager fallback: the step must compile
+        graphs.append(compile_graph(graph, example_inputs, options={"fallback": "error"}))
+        return graphs[-1]
+    y_c, loss_c = ember.compile(step, backend=backend)(compiled_norm, x_c)
+    assert [g.kind for g in graphs] == ["autograd"], [g.kind for g in graphs]
     assert y_c.stride() == y_e.stride()
     loss_e.backward()
     loss_c.backward()
