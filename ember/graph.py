@@ -179,13 +179,14 @@ def elementwise_strides(shape: Sequence[Size], inputs: Sequence[TensorMeta]) -> 
         return contiguous
     operands = []
     for meta in inputs:
-        if len(meta.shape) != ndim or not all(isinstance(s, int) for s in tuple(meta.shape) + tuple(meta.stride)):
-            if len(meta.shape) == ndim:
-                return contiguous
-            continue   # a lower-rank operand only broadcasts (ambiguous everywhere)
-        # a broadcast dim (size 1 -> n) has stride 0 in TensorIterator
-        operands.append(tuple(0 if size == 1 and out != 1 else stride
-                              for size, out, stride in zip(meta.shape, shape, meta.stride)))
+        if not all(isinstance(s, int) for s in tuple(meta.shape) + tuple(meta.stride)):
+            return contiguous
+        # a lower-rank operand is aligned to the trailing dims (its leading dims broadcast), and a
+        # broadcast dim (size 1 -> n, or missing) has stride 0 in TensorIterator: ambiguous there,
+        # but a (3, 2, 8) contiguous operand still orders the last dims of a (1, 3, 2, 8) result
+        lead = ndim - len(meta.shape)
+        operands.append((0,) * lead + tuple(0 if size == 1 and out != 1 else stride
+                                            for size, out, stride in zip(meta.shape, shape[lead:], meta.stride)))
     if not operands:
         return contiguous
     fast = _fast_setup_strides(shape, inputs)

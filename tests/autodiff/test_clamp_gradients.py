@@ -76,3 +76,29 @@ def test_clamp_between_0d_bounds_in_triton():
     fn(*theirs).sum().backward()
     for a, e in zip(ours, theirs):
         torch.testing.assert_close(a.grad, e.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bounds_need_grad", [True, False], ids=["bounds_grad", "bounds_fixed"])
+@pytest.mark.parametrize("name", ["clamp_tensors", "clamp_tensor_min", "clamp_tensor_max"])
+def test_every_combination_of_value_and_tensor_bounds(name, bounds_need_grad):
+    """x, min and max each over -inf, -1, 0, 1, inf and NaN, every combination (216): a NaN
+    anywhere is the value, as eager's maximum/minimum give it.  A NaN min with x above max
+    came out as max, and a NaN x between crossed bounds as max (seed 8106 of the fuzzer)."""
+    import itertools
+    values = [-INF, -1.0, 0.0, 1.0, INF, NAN]
+    x, low, high = (torch.tensor(column) for column in zip(*itertools.product(values, repeat=3)))
+    fn = OPS[name]
+
+    def run(f):
+        xs = x.clone().requires_grad_()
+        lo, hi = low.clone().requires_grad_(bounds_need_grad), high.clone().requires_grad_(bounds_need_grad)
+        out = f(xs, lo, hi)
+        (out * torch.arange(1.0, len(x) + 1)).nansum().backward()
+        return out.detach(), xs.grad, lo.grad, hi.grad
+    expected = run(fn)
+    actual = run(ember.compile(fn, options={"fallback": "error"}))
+    for what, a, e in zip(("value", "x.grad", "min.grad", "max.grad"), actual, expected):
+        if e is None:
+            assert a is None or not a.any(), what
+            continue
+        torch.testing.assert_close(a, e, rtol=0, atol=0, equal_nan=True, msg=f"{name}: {what}")

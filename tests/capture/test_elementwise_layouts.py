@@ -1,8 +1,9 @@
 """Binary elementwise ops give the result eager's layout when one operand is permuted, sliced or
 channels-last and the other is 0-d or broadcast.  Capture takes result metadata from the meta
 device, whose kernels for logical_and/or/xor, copysign and floor_divide lay such results out
-contiguously where eager's CPU and CUDA kernels follow the permuted operand; capture corrects
-those with TensorIterator's rule (graph.elementwise_strides).  A number raised to a tensor is
+contiguously where eager's CPU and CUDA kernels follow the permuted operand (and so does div with
+a rounding_mode); capture corrects those with TensorIterator's rule (graph.elementwise_strides),
+in which a lower-rank operand orders the trailing dims.  A number raised to a tensor is
 contiguous in eager whatever the exponent's layout; the meta kernel follows the exponent.  Every
 op, layout, partner and operand order is compared with eager: values and strides, and the graph
 must be compiled."""
@@ -20,6 +21,8 @@ OPS = {
     "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
     "copysign": torch.copysign, "floor_divide": torch.floor_divide, "//": operator.floordiv,
     "Tensor.logical_or": torch.Tensor.logical_or, "Tensor.copysign": torch.Tensor.copysign,
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "Tensor.div_trunc": lambda a, b: a.div(b, rounding_mode="trunc"),
     # and agrees for these
     "add": torch.add, "mul": torch.mul, "maximum": torch.maximum, "eq": torch.eq,
     "atan2": torch.atan2, "remainder": torch.remainder,
@@ -38,7 +41,9 @@ def _layouts():
 def _partners(x):
     return [torch.tensor(1.5, dtype=torch.float64), torch.tensor(2), torch.tensor(True),
             torch.randn((1,) * (x.ndim - 1) + (x.shape[-1],)), torch.randn(x.shape[:-1] + (1,)),
-            torch.randn(x.shape)]
+            torch.randn(x.shape),
+            # lower rank, aligned to the trailing dims: its strides order those dims
+            torch.randn(x.shape[1:]), torch.randn(x.shape[-1])]
 
 
 @pytest.mark.parametrize("layout", ["transposed", "permuted", "channels_last", "sliced"])

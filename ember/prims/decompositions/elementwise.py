@@ -354,14 +354,17 @@ def _with_clamp_gradients(x: Value, low: Any, high: Any, value: Value) -> Value:
     clamp gradients: to x where low <= x <= high, to a tensor low where x < low < high, to a tensor
     high where x > high or high < low, to nothing elsewhere (NaN, or x outside bounds that are
     equal).  maximum and minimum split a tie in halves: ``x.clamp(min=0)`` gave an x of exactly 0
-    half its gradient.  Each branch below is the clamp's value wherever it is selected."""
+    half its gradient.  Each branch below is the clamp's value wherever it is selected: every
+    comparison with a NaN is false, and ``above`` is also kept off a NaN value (a NaN min with x
+    above max, or a NaN x between crossed bounds, is NaN, not max)."""
     inside = None
     for bound, compare in ((low, ops.ge), (high, ops.le)):
         if bound is not None:
             inside = compare(x, bound) if inside is None else ops.logical_and(inside, compare(x, bound))
     out = ops.stop_gradient(value)
     if is_tensor(high):
-        above = ops.gt(x, high) if low is None else ops.logical_or(ops.gt(x, high), ops.lt(high, low))
+        above = ops.gt(x, high) if low is None else ops.logical_and(
+            ops.logical_or(ops.gt(x, high), ops.lt(high, low)), ops.logical_not(ops.isnan(value)))
         out = ops.where(above, high, out)
     if is_tensor(low):
         below = ops.lt(x, low) if high is None else ops.logical_and(ops.lt(x, low), ops.lt(low, high))
