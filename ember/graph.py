@@ -143,6 +143,22 @@ def memory_format_strides(shape: Sequence[Size], memory_format: Any) -> tuple[Si
     return None
 
 
+def suggested_memory_format(shape: Sequence[Size], stride: Sequence[Size]) -> Any:
+    """ATen's ``suggest_memory_format``: channels_last (4-D) or channels_last_3d (5-D) when the
+    strides grow in the order C, W, H, (D,) N, with ATen's tie rules for size-1 dims (an N111 or
+    1C1W-like layout is contiguous); density is not asked (a sliced channels-last tensor suggests
+    channels-last).  Contiguous otherwise, and for symbolic sizes."""
+    shape, stride = tuple(shape), tuple(stride)
+    if len(shape) not in (4, 5) or not all(isinstance(v, int) for v in (*shape, *stride)) or stride[1] == 0:
+        return torch.contiguous_format
+    smallest = 0
+    for d in ((1, 3, 2, 0) if len(shape) == 4 else (1, 4, 3, 2, 0)):
+        if shape[d] == 0 or stride[d] < smallest or (d == 0 and smallest == stride[1]):
+            return torch.contiguous_format
+        smallest = stride[d] * max(1, shape[d])
+    return torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+
+
 def is_dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
     """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free; a
     derived size that may be 1, ``s0 - 1``, counts as a dim: no guard, and no false "dense")."""

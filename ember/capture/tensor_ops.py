@@ -18,7 +18,15 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import Unsupported
-from ..graph import TensorMeta, channels_last_strides, contiguous_strides, elementwise_strides, target_name
+from ..graph import (
+    TensorMeta,
+    channels_last_strides,
+    contiguous_strides,
+    elementwise_strides,
+    memory_format_strides,
+    suggested_memory_format,
+    target_name,
+)
 from . import autocast
 from . import values as V
 from .sources import AttrSource
@@ -420,6 +428,8 @@ def _eager_layout(target: Callable, args: list[V.Value], kwargs: dict[str, Any],
         return dataclasses.replace(meta, stride=contiguous_strides(meta.shape))
     if meta.device.type == "cpu" and inputs and _suggests_format(target, args, kwargs):
         return _suggested_format_layout(inputs[0].meta, meta)
+    if target is torch.stack and inputs and meta.ndim == inputs[0].meta.ndim + 1:
+        return _stack_layout(args, kwargs, inputs, meta)
     return meta
 
 
@@ -453,6 +463,24 @@ def _tensor_iterator_layout(inputs: list[V.TensorValue], meta: TensorMeta) -> Te
     if not all(isinstance(s, int) for s in sizes):
         return meta
     return dataclasses.replace(meta, stride=tuple(elementwise_strides(meta.shape, [t.meta for t in inputs])))
+
+
+def _stack_layout(args: list[V.Value], kwargs: dict[str, Any], inputs: list[V.TensorValue],
+                  meta: TensorMeta) -> TensorMeta:
+    """Eager stacks at a new last dim by cat of the inputs unsqueezed there: cat's layout, which is
+    their common suggested memory format, else contiguous; the meta kernel follows a permuted
+    input.  (Below the last dim eager cats the inputs and splits a dim by a view: the meta device
+    agrees.)"""
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+    dim = getattr(dim, "value", dim)
+    if not isinstance(dim, int) or dim not in (-1, meta.ndim - 1):
+        return meta
+    metas = [t.meta for t in inputs]
+    if not all(isinstance(v, int) for m in metas for v in (*m.shape, *m.stride)):
+        return meta
+    formats = {suggested_memory_format((*m.shape, 1), (*m.stride, 1)) for m in metas}
+    memory_format = formats.pop() if len(formats) == 1 else torch.contiguous_format
+    return dataclasses.replace(meta, stride=memory_format_strides(meta.shape, memory_format))
 
 
 def _is_scalar_base_pow(target: Callable, args: list[V.Value]) -> bool:

@@ -16,7 +16,14 @@ from typing import Any
 
 import torch
 
-from ember.graph import Size, TensorMeta, channels_last_strides, contiguous_strides, dense_in_order, elementwise_strides
+from ember.graph import (
+    Size,
+    TensorMeta,
+    contiguous_strides,
+    elementwise_strides,
+    memory_format_strides,
+    suggested_memory_format,
+)
 from ember.prims import primitives as P
 from ember.symbolic import known_equal
 
@@ -217,34 +224,30 @@ def same_as_input_rule(x: TensorMeta, *args: Any, **kwargs: Any) -> TensorMeta:
 
 
 def cat_rule(tensors: Sequence[TensorMeta], dim: int) -> TensorMeta:
-    """Channels-last when every input is (eager's cat: the inputs' common memory format)."""
+    """Channels-last when every input suggests it (eager's cat: the inputs' common suggested memory
+    format, ATen's stride rule with its size-1 cases)."""
     shape = list(tensors[0].shape)
     shape[dim] = 0
     for t in tensors:
         shape[dim] = shape[dim] + t.shape[dim]
-    if all(_is_channels_last(t) for t in tensors):
-        return TensorMeta(tuple(shape), channels_last_strides(shape), tensors[0].dtype, torch.device(tensors[0].device))
+    formats = {suggested_memory_format(t.shape, t.stride) for t in tensors}
+    if len(formats) == 1 and formats != {torch.contiguous_format}:
+        return TensorMeta(tuple(shape), memory_format_strides(shape, formats.pop()), tensors[0].dtype,
+                          torch.device(tensors[0].device))
     return _dense(shape, tensors[0].dtype, tensors[0].device)
 
 
 def constant_pad_rule(x: TensorMeta, pad: Sequence[Size], value: Any) -> TensorMeta:
-    """Eager's constant_pad_nd keeps a channels-last input channels-last (its suggested memory
-    format); anything else comes out contiguous."""
+    """Eager's constant_pad_nd allocates in the input's suggested memory format (a channels-last
+    input, sliced too, stays channels-last); anything else comes out contiguous."""
     shape = list(x.shape)
     for i in range(len(pad) // 2):
         dim = len(shape) - 1 - i
         shape[dim] = shape[dim] + pad[2 * i] + pad[2 * i + 1]
-    if _is_channels_last(x):
-        return TensorMeta(tuple(shape), channels_last_strides(shape), x.dtype, torch.device(x.device))
+    memory_format = suggested_memory_format(x.shape, x.stride)
+    if memory_format is not torch.contiguous_format:
+        return TensorMeta(tuple(shape), memory_format_strides(shape, memory_format), x.dtype, torch.device(x.device))
     return _dense(shape, x.dtype, x.device)
-
-
-def _is_channels_last(x: TensorMeta) -> bool:
-    """A 4-D tensor laid out channels-last and not also contiguous (plain int sizes)."""
-    if x.ndim != 4 or not all(isinstance(v, int) for v in (*x.shape, *x.stride)):
-        return False
-    shape, stride = tuple(x.shape), tuple(x.stride)
-    return dense_in_order(shape, stride, (0, 2, 3, 1)) and not dense_in_order(shape, stride, (0, 1, 2, 3))
 
 
 def pool_argmax_rule(x: TensorMeta, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],

@@ -4,9 +4,8 @@ and group_norm (the input's suggested memory format: a permuted input gives a co
 a channels-last one a channels-last result), pixel_shuffle, channel_shuffle, roll, and F.pad's
 replicate and reflect modes (channels-last stays channels-last), cat([x]) and stack([x]) (a new
 tensor in cat's layout, not x's).  Found by benchmarks/stride_sweep.py (OpInfo with permuted
-inputs).  Values, strides and gradients against eager; every graph compiled.  Not covered:
-stack([x], -1) of a permuted 3-D x, contiguous in eager (its stack kernel) and channels-last in
-ember (cat's rule for the unsqueezed 4-D input)."""
+inputs).  Values, strides and gradients against eager; every graph compiled.  Stack at every dim
+and F.pad with no positive pad are walked over layouts and tensor counts below."""
 from __future__ import annotations
 
 import pytest
@@ -35,8 +34,7 @@ OPS = {
     "roll": lambda x: x.roll(1, 1),
     "torch_roll": lambda x: torch.roll(x, (1, 2), (1, 2)),
     "cat_one": lambda x: torch.cat([x], 1),
-    # (stack of a channels-last tensor: eager's layout is neither format, ember's contiguous; open)
-    "stack_one": lambda x: None if x.ndim == 4 and not x.is_contiguous() else torch.stack([x], 1),
+    "stack_one": lambda x: torch.stack([x], 1),
     "pixel_shuffle": lambda x: F.pixel_shuffle(x, 1) if x.ndim == 4 else None,
     "pixel_unshuffle_shuffle": lambda x: F.pixel_shuffle(F.pixel_unshuffle(x[..., :4, :4], 2), 2) if x.ndim == 4 else None,
     "channel_shuffle": lambda x: F.channel_shuffle(x, 2) if x.ndim == 4 else None,
@@ -90,3 +88,44 @@ def test_training_batch_norm_keeps_eagers_layout_and_gradients(layout):
     torch.testing.assert_close(compiled_norm.weight.grad, eager_norm.weight.grad, rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(compiled_norm.running_mean, eager_norm.running_mean)
     torch.testing.assert_close(compiled_norm.running_var, eager_norm.running_var)
+
+
+def _stack_and_pad_inputs():
+    torch.manual_seed(0)
+    return {
+        **_inputs(),
+        "2d_transposed": torch.randn(5, 3).t(),
+        "3d_transposed": torch.randn(5, 4, 3).transpose(-1, -2),
+        "sliced": torch.randn(4, 10)[:, ::2],
+        "channels_last_sliced": torch.randn(2, 6, 4, 10).to(memory_format=torch.channels_last)[..., ::2],
+        "channels_1": torch.randn(2, 1, 4, 5).to(memory_format=torch.channels_last),
+    }
+
+
+@pytest.mark.parametrize("layout", list(_stack_and_pad_inputs()))
+def test_stack_at_every_dim_and_non_positive_pads_have_eagers_strides(layout):
+    """Eager stacks below the last dim by cat along it and a view (cat's layout of the inputs:
+    contiguous for transposed ones, channels-last for channels-last ones, split by the view), and
+    at a new last dim by cat of the inputs unsqueezed there (contiguous for a permuted 3-D input).
+    Eager's constant pad with no positive pad is a narrowed clone, in x's layout where dense.
+    Stacks of the tensor with itself, with a contiguous copy (mixed layouts) and with a 1-D
+    partner's broadcast; pads of zeros and negatives.  Found by the fuzzer (seeds 2577, 2642,
+    4602, 7275, 7724, 8656, 9373)."""
+    x = _stack_and_pad_inputs()[layout]
+    other = x.contiguous() * 2
+    cases = {}
+    for dim in range(-x.ndim - 1, x.ndim + 1):
+        cases[f"stack([x, x], {dim})"] = lambda x, y, dim=dim: torch.stack([x, x], dim)
+        cases[f"stack([x, y], {dim})"] = lambda x, y, dim=dim: torch.stack([x, y], dim)
+        cases[f"stack([y, x, x], {dim})"] = lambda x, y, dim=dim: torch.stack([y, x, x], dim)
+    for pad in [(0, 0), (0, 0) * x.ndim, (-1, 0), (0, -1, -1, 0), (-1, -1, 0, -1), (0, 0, 1, 0)]:
+        cases[f"pad {pad}"] = lambda x, y, pad=pad: F.pad(x, pad, value=1.5)
+
+    def program(x, y):
+        return [case(x, y) for case in cases.values()]
+    report = ember.explain(program, x, other)
+    assert report.graph_count == 1 and report.break_count == 0, str(report)
+    assert not getattr(report.compiled[0], "eager_reason", None), str(report)
+    for name, got, expected in zip(cases, report.output, program(x, other)):
+        torch.testing.assert_close(got, expected, msg=name)
+        assert got.stride() == expected.stride(), (name, got.stride(), expected.stride())

@@ -6,11 +6,13 @@ whenever it is reached from it through view prims only (functionalization checks
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from ember.graph import memory_format_strides, suggested_memory_format
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.registry import register
@@ -214,8 +216,24 @@ def cat(tensors: Sequence[Value], dim: int = 0) -> Value:
 
 @register(torch.stack)
 def stack(tensors: Sequence[Value], dim: int = 0) -> Value:
+    """As eager's: a cat along ``dim`` split by a view, so the result has cat's layout of the
+    inputs themselves (contiguous for transposed inputs, where cat of the unsqueezed inputs followed
+    their order); a new last dim has nothing to split: cat of the unsqueezed inputs."""
     dim = ops.normalize_dim(dim, tensors[0].ndim + 1)
-    return cat([ops.unsqueeze(t, dim) for t in tensors], dim)
+    if any(tuple(t.shape) != tuple(tensors[0].shape) for t in tensors):
+        return cat([ops.unsqueeze(t, dim) for t in tensors], dim)   # eager raises: cat says how
+    if dim == tensors[0].ndim:
+        joined = cat([ops.unsqueeze(t, dim) for t in tensors], dim)
+        # eager's unsqueeze gives the new last dim stride 1, and that decides cat's layout: the
+        # inputs' common suggested format (a permuted 3-D input's is contiguous)
+        formats = {suggested_memory_format((*t.shape, 1), (*t.meta.stride, 1)) for t in tensors}
+        strides = memory_format_strides(joined.shape, formats.pop() if len(formats) == 1 else torch.contiguous_format)
+        if joined.node.target is P.cat and all(isinstance(v, int) for v in (*joined.shape, *strides)):
+            joined.meta = joined.node.meta = dataclasses.replace(joined.meta, stride=strides)
+        return joined
+    joined = cat(tensors, dim)
+    shape = tuple(tensors[0].shape)
+    return ops.reshape(joined, (*shape[:dim], len(tensors), *shape[dim:]))
 
 
 @register(torch.hstack)
@@ -232,7 +250,23 @@ def vstack(tensors: Sequence[Value]) -> Value:
 def pad(x: Value, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Value:
     if mode != "constant":
         return ops.extern(torch.nn.functional.pad, x, pad, mode, value)
+    if len(pad) % 2 == 0 and len(pad) // 2 <= x.ndim and \
+            all(isinstance(p, int) and p <= 0 for p in pad) and not _narrows_below_zero(x, pad):
+        # eager's constant_pad_nd: no positive pad is a narrowed clone, in x's layout where dense
+        # (F.pad(x.t(), (0, 0)) is transposed in eager)
+        narrowed = x
+        for i in range(len(pad) // 2):
+            dim = x.ndim - 1 - i
+            narrowed = ops.slice_dim(narrowed, dim, -pad[2 * i], x.shape[dim] + pad[2 * i + 1])
+        from ember.prims.decompositions.elementwise import clone
+        return clone(narrowed)
     return ops.emit(P.constant_pad, x, tuple(pad), ops._python_scalar(value or 0, x.dtype))
+
+
+def _narrows_below_zero(x: Value, pad: Sequence[int]) -> bool:
+    """Negative pads that remove more than a dim holds (eager raises: the constant_pad path says so)."""
+    return any(not isinstance(x.shape[x.ndim - 1 - i], int) or x.shape[x.ndim - 1 - i] + pad[2 * i] + pad[2 * i + 1] < 0
+               for i in range(len(pad) // 2))
 
 
 @register(torch.constant_pad_nd)
