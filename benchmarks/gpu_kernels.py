@@ -265,6 +265,8 @@ def bench_host_overhead(results: list, with_inductor: bool) -> None:
         if launcher is not None:
             fn, args = launcher
             tensors = [inputs[0], torch.empty_like(inputs[0])]
+            if getattr(fn, "takes_pointers", False):
+                tensors = [t.data_ptr() for t in tensors]
             start = time.perf_counter()
             for _ in range(200):
                 fn(*tensors)

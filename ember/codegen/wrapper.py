@@ -144,9 +144,10 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
         if any(v.size == 0 for v in step.outer_vars):
             lines.append(f"    # {fn}: zero-size, skipped")
             continue
-        if getattr(launcher, "takes_tensors", False):   # Triton launchers take the tensors themselves
+        if getattr(launcher, "takes_tensors", False):   # Triton launchers: scalars by value
             scalars = getattr(launcher, "scalar_arguments", ())
-            ptrs = ", ".join(by_value[a] if a in scalars else expr_of[a] for a in arg_names)
+            pointer = ".data_ptr()" if getattr(launcher, "takes_pointers", False) else ""   # else the tensors
+            ptrs = ", ".join(by_value[a] if a in scalars else f"{expr_of[a]}{pointer}" for a in arg_names)
         else:
             ptrs = ", ".join(f"{expr_of[a]}.data_ptr()" for a in arg_names)
         ptrs += "".join(f", {name}" for name in getattr(launcher, "size_arguments", ()))

@@ -473,7 +473,7 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
         grid = (kernel.grid_code, 1, 1)
     lines = [f"def launch({args}):"]
     if checked and fallback is not None:
-        test = " or ".join(f"a{i}.data_ptr() & 15" for i in checked)
+        test = " or ".join(f"a{i} & 15" for i in checked)
         lines.append(f"    if {test}:")
         lines.append(f"        return fallback({args})")
     c_launch = _c_launch(binary.run)
@@ -498,7 +498,11 @@ def _fast_launcher(binary: Any, kernel: Any, checked: list[int], fallback: Calla
              "enter_hook": enter_hook, "exit_hook": exit_hook}
     exec(compile("\n".join(lines) + "\n", f"<ember launcher {kernel.name}>", "exec"), scope)
     launch = scope["launch"]
+    # pointers as ints (``t.data_ptr()`` in the wrapper): Triton's C launcher reads an int as it is,
+    # where for a tensor it calls data_ptr() and cuPointerGetAttribute (0.2-0.5 us a launch on an
+    # H200 host, benchmarks/gpu_launch_args.py); capture keeps every kernel operand on the device
     launch.takes_tensors = True
+    launch.takes_pointers = True
     launch.scalar_arguments = frozenset(getattr(kernel, "scalars", ()))   # passed as Python numbers
     launch.size_arguments = tuple(getattr(kernel, "size_args", ()))
     launch.kernel = kernel
