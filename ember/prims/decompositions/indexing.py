@@ -6,6 +6,7 @@ followed by one advanced `index` prim for the tensor indices, as PyTorch does.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 from collections.abc import Sequence
@@ -13,8 +14,10 @@ from typing import Any
 
 import torch
 
+from ember.graph import elementwise_strides
 from ember.prims import ops
 from ember.prims import primitives as P
+from ember.prims.meta import view_strides
 from ember.prims.registry import differentiated, register
 from ember.prims.values import Value, is_tensor
 
@@ -102,7 +105,58 @@ def getitem(x: Any, index: Any) -> Any:
         return ops.extern(_eager_getitem, x, index)
     if not advanced:
         return view
-    return ops.emit(P.index, view, _index_list(view, advanced))
+    indices = _index_list(view, advanced)
+    result = ops.emit(P.index, view, indices)
+    strides = _advanced_index_strides(view, indices, result)
+    if strides is not None and result.node.target is P.index:
+        result.meta = result.node.meta = dataclasses.replace(result.meta, stride=strides)
+    return result
+
+
+def _advanced_index_strides(view: Value, indices: list[Any], result: Value) -> tuple[int, ...] | None:
+    """The result's strides as eager's aten::index lays it out (None for symbolic sizes): a
+    TensorIterator over the result whose operands are the source restrided (its kept dims'
+    strides, 0 across the indexed block) and each index, broadcast to the others and reshaped into
+    the block, so ``x.t()[idx]`` keeps x.t()'s order of the kept dims (graph.elementwise_strides).
+    Indexed dims that are not adjacent are moved to the front first, with their indices, as eager
+    does; the size-1 dims of each operand keep the strides ATen's expand and reshape give them,
+    because they break ties in the order."""
+    indexed = [d for d, ix in enumerate(indices) if ix is not None]
+    metas = [indices[d].meta for d in indexed]
+    shape = tuple(result.shape)
+    sizes = (*shape, *view.shape, *view.meta.stride, *(v for m in metas for v in (*m.shape, *m.stride)))
+    if not all(isinstance(v, int) for v in sizes):
+        return None
+    source_shape, source_stride = tuple(view.shape), tuple(view.meta.stride)
+    if indexed != list(range(indexed[0], indexed[-1] + 1)):      # eager's transposeToFront
+        order = indexed + [d for d in range(view.ndim) if d not in indexed]
+        source_shape, source_stride = tuple(source_shape[d] for d in order), tuple(source_stride[d] for d in order)
+        indexed = list(range(len(indexed)))
+    before, after = indexed[0], len(source_shape) - indexed[-1] - 1
+    block = shape[before:len(shape) - after]
+    operands = [dataclasses.replace(view.meta, shape=shape, stride=(*source_stride[:before], *(0,) * len(block),
+                                                                    *source_stride[indexed[-1] + 1:]))]
+    for meta in metas:
+        if tuple(meta.shape) != block and len(set(tuple(m.shape) for m in metas)) > 1:
+            meta = dataclasses.replace(meta, shape=block, stride=_expanded_strides(meta, block))
+        full = (*(1,) * before, *block, *(1,) * after)
+        strides = view_strides(meta, full)
+        if strides is None:
+            return None
+        operands.append(dataclasses.replace(meta, shape=full, stride=strides))
+    return tuple(elementwise_strides(shape, operands))
+
+
+def _expanded_strides(meta: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """ATen's expand of ``meta`` to ``shape``: broadcast dims get stride 0, a new leading dim that
+    stays of size 1 the stride of the dims after it."""
+    strides = [0] * len(shape)
+    for i in range(len(shape) - 1, -1, -1):
+        dim = meta.ndim - len(shape) + i
+        size = meta.shape[dim] if dim >= 0 else 1
+        stride = meta.stride[dim] if dim >= 0 else (shape[i + 1] * strides[i + 1] if i + 1 < len(shape) else 1)
+        strides[i] = 0 if size != shape[i] else stride
+    return tuple(strides)
 
 
 @register(operator.setitem, T.__setitem__)
