@@ -44,6 +44,9 @@ SAMPLE_WINDOW = tuple(int(n) for n in os.environ.get("EMBER_OPINFO_GRAD_SAMPLES"
 OPS_PER_BATCH = 16
 RTOL, ATOL = 1e-4, 1e-5
 SUMMARY_PATH = os.environ.get("EMBER_OPINFO_GRAD_SUMMARY", "/tmp/ember_opinfo_grad_summary.json")
+# EMBER_OPINFO_GRAD_LAYOUT=permuted gives every 2-D+ input the same values in another memory layout
+# (transposed in memory; 4-D channels-last) for a local run over layouts CI does not check
+LAYOUT = os.environ.get("EMBER_OPINFO_GRAD_LAYOUT", "")
 
 # (op id) -> why it fails today (xfail; a pass then fails, so that the entry is removed)
 KNOWN_FAILURES: dict[str, str] = {
@@ -151,6 +154,8 @@ def collect_op_cases(info: Any) -> tuple[list[GradCase], str | None]:
         tensors = _tensors_of(sample)
         if not any(t.requires_grad for t in tensors) or any(t.layout != torch.strided for t in tensors):
             continue            # nothing to differentiate, or sparse (not a dense graph input)
+        if LAYOUT == "permuted":
+            tensors = [_permuted(t) for t in tensors]
         outputs = _outputs_of(info, sample, tensors, seed=0)
         if outputs is None:
             continue
@@ -168,6 +173,16 @@ def collect_op_cases(info: Any) -> tuple[list[GradCase], str | None]:
         if usable > start:
             cases.append(case)
     return cases, (None if cases else why)
+
+
+def _permuted(t: torch.Tensor) -> torch.Tensor:
+    """The same values, transposed in memory (4-D: channels-last), a leaf as ``t`` was."""
+    if t.ndim < 2:
+        return t
+    copy = t.detach()
+    copy = copy.contiguous(memory_format=torch.channels_last) if t.ndim == 4 else \
+        copy.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return copy.requires_grad_(t.requires_grad)
 
 
 def grad_opinfos() -> list[Any]:

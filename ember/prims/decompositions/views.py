@@ -17,7 +17,7 @@ from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.registry import register
 from ember.prims.values import Value, is_tensor
-from ember.symbolic import is_symbolic
+from ember.symbolic import is_symbolic, known_equal_sizes
 
 T = torch.Tensor
 
@@ -220,8 +220,9 @@ def stack(tensors: Sequence[Value], dim: int = 0) -> Value:
     inputs themselves (contiguous for transposed inputs, where cat of the unsqueezed inputs followed
     their order); a new last dim has nothing to split: cat of the unsqueezed inputs."""
     dim = ops.normalize_dim(dim, tensors[0].ndim + 1)
-    if any(tuple(t.shape) != tuple(tensors[0].shape) for t in tensors):
-        return cat([ops.unsqueeze(t, dim) for t in tensors], dim)   # eager raises: cat says how
+    if not all(known_equal_sizes(tuple(t.shape), tuple(tensors[0].shape)) for t in tensors):
+        # unequal sizes (eager raises: cat says how), or symbolic ones not provably equal
+        return cat([ops.unsqueeze(t, dim) for t in tensors], dim)
     if dim == tensors[0].ndim:
         joined = cat([ops.unsqueeze(t, dim) for t in tensors], dim)
         # eager's unsqueeze gives the new last dim stride 1, and that decides cat's layout: the
