@@ -159,6 +159,19 @@ def suggested_memory_format(shape: Sequence[Size], stride: Sequence[Size]) -> An
     return torch.channels_last if len(shape) == 4 else torch.channels_last_3d
 
 
+def preserved_strides(shape: Sequence[Size], stride: Sequence[Size]) -> tuple[int, ...] | None:
+    """The strides of ATen's ``empty_like(x)`` (preserve_format), behind every clone, copy and
+    ``*_like`` that keeps a layout: x's own when non-overlapping and dense, else dense strides in
+    x's order of dims (``infer_dense_strides``: a transposed slice stays transposed).  None for
+    symbolic sizes or strides."""
+    shape, stride = tuple(shape), tuple(stride)
+    if not all(isinstance(v, int) for v in (*shape, *stride)):
+        return None
+    if is_dense(shape, stride):
+        return stride
+    return tuple(elementwise_strides(shape, [TensorMeta(shape, stride, torch.float32, torch.device("cpu"))]))
+
+
 def is_dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
     """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims free; a
     derived size that may be 1, ``s0 - 1``, counts as a dim: no guard, and no false "dense")."""

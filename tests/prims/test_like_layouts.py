@@ -1,6 +1,8 @@
-"""zeros_like / ones_like / full_like / empty_like keep eager's layout: the input's strides when it
-is dense (preserve_format, the default), contiguous when it is not (a strided slice, an expanded
-tensor) or when asked, channels-last when asked.  Values and strides against eager."""
+"""zeros_like / ones_like / full_like / empty_like keep eager's layout (empty_like's, preserve_format,
+the default): the input's strides when it is dense, dense strides in the input's order of dims when
+it is not (a strided slice of a transposed tensor stays transposed; a slice of a contiguous one, an
+expanded tensor, come out contiguous), contiguous or channels-last when asked.  So do x.clone(),
+x.to(copy=True) and out-of-place index_put, all empty_like's.  Values and strides against eager."""
 from __future__ import annotations
 
 import pytest
@@ -15,6 +17,10 @@ INPUTS = {
     "expanded": lambda: torch.randn(3, 1).expand(3, 4),
     "permuted_4d": lambda: torch.randn(2, 3, 4, 5).permute(0, 2, 3, 1),
     "channels_last": lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+    # not dense, and not in contiguous order: eager's infer_dense_strides keeps the order
+    "transposed_sliced": lambda: torch.randn(5, 10).t()[::2],
+    "permuted_sliced": lambda: torch.randn(3, 4, 5).permute(2, 0, 1)[:, 1:],
+    "channels_last_sliced": lambda: torch.randn(2, 3, 4, 10).to(memory_format=torch.channels_last)[..., ::2],
 }
 CREATIONS = {
     "zeros_like": lambda x: torch.zeros_like(x),
@@ -23,6 +29,9 @@ CREATIONS = {
     "empty_like_filled": lambda x: torch.empty_like(x).fill_(3),
     "zeros_like_contiguous": lambda x: torch.zeros_like(x, memory_format=torch.contiguous_format),
     "ones_like_plus_x": lambda x: torch.ones_like(x) + x,
+    "clone": lambda x: x.clone() * 1,
+    "to_copy": lambda x: x.to(copy=True),
+    "index_put": lambda x: torch.index_put(x, (torch.tensor([1]),), torch.tensor(3.0)),
 }
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import contiguous_strides, is_dense, memory_format_strides
+from ember.graph import contiguous_strides, memory_format_strides, preserved_strides
 from ember.prims import ops
 from ember.symbolic import is_symbolic
 from ember.prims.registry import register
@@ -57,16 +57,19 @@ def _like(value: Any):
 
 
 def _like_strides(x: Value, memory_format: Any) -> tuple[int, ...] | None:
-    """The strides eager gives a *_like result when they are not contiguous: x's own where x is
-    dense (preserve_format, the default), channels-last when asked; None for contiguous."""
+    """The strides eager gives a *_like result when they are not contiguous: empty_like's for
+    preserve_format, the default (x's own where x is dense, else dense in x's order of dims),
+    channels-last when asked; None for contiguous."""
     shape, stride = tuple(x.shape), tuple(x.meta.stride)
     if not all(isinstance(v, int) for v in (*shape, *stride)):
         return None
     if memory_format in (torch.channels_last, torch.channels_last_3d):
         return memory_format_strides(shape, memory_format)
-    if memory_format in (None, torch.preserve_format) and is_dense(shape, stride) and \
-            any(size != 1 and st != want for size, st, want in zip(shape, stride, contiguous_strides(shape))):
-        return stride
+    if memory_format in (None, torch.preserve_format):
+        kept = preserved_strides(shape, stride)     # eager's empty_like (a transposed slice stays transposed)
+        if kept is not None and any(size != 1 and st != want
+                                    for size, st, want in zip(shape, kept, contiguous_strides(shape))):
+            return kept
     return None
 
 

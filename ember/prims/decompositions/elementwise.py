@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import contiguous_strides, is_dense, memory_format_strides
+from ember.graph import contiguous_strides, is_dense, memory_format_strides, preserved_strides
 from ember.prims import ops
 from ember.prims.registry import register
 from ember.prims.type_promotion import Promotion, computation_dtype, result_type
@@ -483,12 +483,12 @@ def _in_format(x: Value, memory_format: Any, fresh: bool) -> Value:
 
 def _fresh_copy(x: Value, memory_format: Any) -> Value:
     """A new tensor with x's values (``x.to(copy=True)``): in ``memory_format``, or for
-    preserve_format in x's layout when x is dense (eager's empty_like), else contiguous."""
+    preserve_format in eager's empty_like layout (graph.preserved_strides)."""
     copy = ops.clone(x)
     if memory_format not in (None, torch.preserve_format):
         return _in_format(copy, memory_format, fresh=True)
-    stride = tuple(x.meta.stride)
-    if all(isinstance(v, int) for v in (*x.shape, *stride)) and is_dense(tuple(x.shape), stride):
+    stride = preserved_strides(x.shape, x.meta.stride)
+    if stride is not None:
         copy.meta = copy.node.meta = dataclasses.replace(copy.meta, stride=stride)
     return copy
 
@@ -541,9 +541,10 @@ def type_as(x: Value, other: Value) -> Value:
 def clone(x: Value, *, memory_format: Any = None) -> Value:
     """Values are immutable here (the output step copies if it must), so a clone with the layout of
     ``x`` is ``x`` itself.  Eager's clone keeps a non-overlapping and dense layout but makes any
-    other one (a strided slice) contiguous: then a contiguous copy, so that views of the clone
-    have eager's strides (a returned view of the clone of ``x[:, ::2]`` was rebuilt from the
-    slice's strides, out of its buffer's bounds; fuzz seed 40262)."""
+    other one (a strided slice) dense in x's order of dims (empty_like's infer_dense_strides, which
+    the copy prim's elementwise layout is): then a copy, so that views of the clone have eager's
+    strides (a returned view of the clone of ``x[:, ::2]`` was rebuilt from the slice's strides,
+    out of its buffer's bounds; fuzz seed 40262)."""
     meta = x.meta
     if memory_format in (None, torch.preserve_format):
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ember.graph import elementwise_strides
+from ember.graph import elementwise_strides, preserved_strides
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.meta import view_strides
@@ -203,7 +203,12 @@ def index_put(x: Value, indices: Sequence[Any], values: Value, accumulate: bool 
     index_list = _index_list(x, [(d, i) for d, i in enumerate(indices) if i is not None])
     target_meta = P.index.infer_meta(x.meta, [i.meta if i is not None else None for i in index_list])
     values = _as_values(values, target_meta.shape, x.dtype, x.device)
-    return ops.emit(P.index_put, x, index_list, values, accumulate)
+    result = ops.emit(P.index_put, x, index_list, values, accumulate)
+    # eager's out-of-place index_put writes into x.clone(): empty_like's layout
+    stride = preserved_strides(x.shape, x.meta.stride)
+    if stride is not None:
+        result.meta = result.node.meta = dataclasses.replace(result.meta, stride=stride)
+    return result
 
 
 @register(torch.index_select, T.index_select)
