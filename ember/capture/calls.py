@@ -456,7 +456,7 @@ def _call_class(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Val
     if cls is contextlib._GeneratorContextManager:  # what @contextlib.contextmanager functions return
         return _generator_context(tx, args, kwargs)
     if issubclass(cls, torch.nn.Module):
-        raise tx.unsupported(f"creating module {cls.__name__} inside a compiled function")
+        return modules.create_module(tx, cls, args, kwargs)
     if dataclasses.is_dataclass(cls) and not _is_simple_dataclass(cls) or \
             not dataclasses.is_dataclass(cls) and objects.can_instantiate(cls):
         if not objects.can_instantiate(cls):

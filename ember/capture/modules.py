@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import Unsupported
 from . import values as V
 from .sources import AttrSource, ItemSource, ModuleStoreSource, ModuleValuesSource
 
@@ -83,12 +84,44 @@ _MODULE_GETATTR = nn.Module.__getattr__
 _OBJECT_GETATTRIBUTE = object.__getattribute__
 
 
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential, nn.ParameterList, nn.ParameterDict)
+
+
+def create_module(tx: Any, cls: type, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
+    """``nn.CrossEntropyLoss(ignore_index=-100)`` inside the frame: a torch.nn module without
+    parameters or buffers, from Python constants, is made now (its constructor only stores them)
+    and called like any module.  Anything else (a user's module class, whose constructor may do
+    anything; parameters, which eager initializes randomly at every call; tensor arguments) breaks
+    the graph."""
+    what = f"creating module {cls.__name__} inside a compiled function"
+    if not (cls.__module__ or "").startswith("torch.nn.modules.") or issubclass(cls, _CONTAINERS):
+        raise tx.unsupported(what)
+    try:
+        python_args = [a.as_python() for a in args]
+        python_kwargs = {k: v.as_python() for k, v in kwargs.items()}
+    except Unsupported:
+        raise tx.unsupported(f"{what}, from values that are not Python constants") from None
+    if any(isinstance(v, torch.Tensor) for v in (*python_args, *python_kwargs.values())):
+        raise tx.unsupported(f"{what}, from tensors")
+    try:
+        module = cls(*python_args, **python_kwargs)
+    except Exception as error:  # noqa: BLE001 - eager raises it at this line: run the frame eagerly
+        raise tx.unsupported(f"{what}: {type(error).__name__}: {error}") from None
+    if any(True for _ in module.parameters()) or any(b is not None for b in module.buffers()) or \
+            any(True for _ in module.children()):
+        raise tx.unsupported(f"{what} (it has parameters, buffers or submodules)")
+    tx.session._keepalive.append(module)
+    return V.FreshModuleValue(module, python_args, python_kwargs)
+
+
 def _wrap_attr(tx: Any, value: V.ModuleValue, name: str, attr: Any, store: str | None = None) -> V.Value:
     """Wrap ``module.name``.  Found in a store (``_parameters``...) of a module whose class reads
     attributes the standard way, the source reads that dict directly: the module's exact class is
     guarded (``wrap``), the class defines no ``name`` (checked above) and ``nn.Module`` keeps a name
     in one place only (``__setattr__``/``register_*`` move it), so ``module._parameters['w']`` is
     ``module.w`` -- and raises (the guard fails) when ``w`` has moved elsewhere."""
+    if isinstance(value, V.FreshModuleValue):      # made by the frame from constants: constants
+        return tx.session.wrap(attr, None)
     if value.source is None:
         raise tx.unsupported("attribute of a module without a source")
     if store is not None and plain_getattr(type(value.obj)):
@@ -189,6 +222,8 @@ def _guard_hooks(tx: Any, value: V.ModuleValue) -> None:
     if any(global_hooks):
         raise tx.unsupported("global nn.Module hooks are registered")
     session.guards.add(None, " and ".join(f"not {{m}}.{n}" for n in _GLOBAL_HOOK_NAMES), m=_module_module)
+    if isinstance(value, V.FreshModuleValue):       # made by this call: no hooks
+        return
     if module._backward_hooks or module._backward_pre_hooks:
         raise tx.unsupported(f"backward hooks on {type(module).__name__}")
     dict_names = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -203,7 +238,7 @@ def _guard_hooks(tx: Any, value: V.ModuleValue) -> None:
 
 def call_module(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
     module = value.obj
-    if value.source is None:
+    if value.source is None and not isinstance(value, V.FreshModuleValue):
         raise tx.unsupported("calling a module without a source")
     call_method = type(module).__call__
     if call_method is not nn.Module.__call__:
@@ -216,7 +251,7 @@ def call_module(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict
 def call_module_impl(tx: Any, value: V.ModuleValue, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value:
     """What ``nn.Module.__call__`` does: forward pre-hooks, forward, forward hooks."""
     module = value.obj
-    if value.source is None:
+    if value.source is None and not isinstance(value, V.FreshModuleValue):
         raise tx.unsupported("calling a module without a source")
     _guard_hooks(tx, value)
     for hook_id, hook in module._forward_pre_hooks.items():

@@ -513,6 +513,11 @@ class EpilogueBuilder:
             dtype = self.namespace.bind(manager.dtype, str(manager.dtype).replace("torch.", ""))
             return self._once(value, lambda: f"{enter}({manager.device!r}, {dtype}, {manager.enabled}, "
                                              f"{manager.cache_enabled})")
+        if isinstance(value, V.FreshModuleValue):     # a new one per call, as eager makes it
+            cls = self.namespace.bind(type(value.obj), type(value.obj).__name__)
+            args = self.namespace.bind(tuple(value.args), "module_args")
+            kwargs = self.namespace.bind(dict(value.kwargs), "module_kwargs")
+            return self._once(value, lambda: f"{cls}(*{args}, **{kwargs})")
         if isinstance(value, V.ObjectValue):
             if value.source is not None:
                 return value.source.code(self.namespace)

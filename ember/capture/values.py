@@ -238,6 +238,17 @@ class ModuleValue(ObjectValue):
     """An nn.Module instance (guarded by id and .training)."""
 
 
+class FreshModuleValue(ModuleValue):
+    """A parameterless torch.nn module the frame creates (``loss_fct = nn.CrossEntropyLoss()``, as
+    Hugging Face models do): made at capture from constant arguments, so its attributes are those
+    constants (no source, no guards); where it escapes the frame the epilogue makes a new one from
+    the same arguments, as each eager call does (capture/modules.py ``create_module``)."""
+
+    def __init__(self, obj: Any, args: list, kwargs: dict) -> None:
+        super().__init__(obj, None)
+        self.args, self.kwargs = args, kwargs
+
+
 class UserObjectValue(ObjectValue):
     """An instance of a user class passed in: guarded by type; attributes guarded as read."""
 
