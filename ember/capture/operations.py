@@ -521,6 +521,9 @@ def _class_attribute(tx: Any, obj: V.Value, cls: type, name: str, instance: Any 
 
 def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
     self_value = obj.self_value
+    if isinstance(self_value, V.ObjectValue) and isinstance(self_value.obj, type) and \
+            issubclass(self_value.obj, obj.cls):
+        return _class_super_attr(tx, obj, self_value, name)
     if isinstance(self_value, (V.ObjectValue,)):
         instance_type = type(self_value.obj)
     elif isinstance(self_value, (V.DataclassValue, objects.InstanceValue)):
@@ -528,6 +531,8 @@ def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
     else:
         raise tx.unsupported(f"super() on {self_value.describe()}")
     mro = instance_type.__mro__
+    if obj.cls not in mro:      # eager raises TypeError: super(type, obj): obj must be an instance
+        raise tx.unsupported(f"super() of {obj.cls.__name__} on a {instance_type.__name__}")
     for klass in mro[mro.index(obj.cls) + 1:]:
         if name in klass.__dict__:
             attr = klass.__dict__[name]
@@ -540,6 +545,25 @@ def _super_attr(tx: Any, obj: V.SuperValue, name: str) -> V.Value:
             if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)) or \
                     callable(attr) and name in ("__init__", "__call__"):
                 return V.BoundMethodValue(V.ObjectValue(attr), self_value)
+            return tx.session.wrap(attr, None)
+    raise tx.unsupported(f"super() has no attribute {name!r}")
+
+
+def _class_super_attr(tx: Any, obj: V.SuperValue, cls_value: V.ObjectValue, name: str) -> V.Value:
+    """``super().name`` in a classmethod (``super(C, cls)``): found along ``cls``'s own MRO after C,
+    a classmethod bound to ``cls``, a function unbound (Hugging Face's config classes do this)."""
+    mro = cls_value.obj.__mro__
+    for klass in mro[mro.index(obj.cls) + 1:]:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            if isinstance(attr, classmethod):
+                return V.BoundMethodValue(V.ObjectValue(attr.__func__), cls_value)
+            if isinstance(attr, staticmethod):
+                return V.ObjectValue(attr.__func__)
+            if isinstance(attr, types.FunctionType) or callable(attr) and not hasattr(type(attr), "__get__"):
+                return V.ObjectValue(attr)
+            if hasattr(type(attr), "__get__") and not isinstance(attr, type):
+                raise tx.unsupported(f"super().{name}: descriptor {type(attr).__name__} on a class")
             return tx.session.wrap(attr, None)
     raise tx.unsupported(f"super() has no attribute {name!r}")
 

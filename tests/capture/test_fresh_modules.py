@@ -138,3 +138,42 @@ def test_hugging_face_style_loss_inside_the_model_is_one_graph():
     loss_c.backward()
     torch.testing.assert_close(loss_c, loss_e)
     torch.testing.assert_close(compiled_model.proj.weight.grad, eager.proj.weight.grad)
+
+
+def test_super_in_a_classmethod_and_a_custom_function_apply():
+    """``super().name`` inside a classmethod looks along the class's own MRO (it raised an internal
+    ValueError, so a whole BLOOM forward ran eagerly); a custom autograd.Function's ``apply``
+    (super().apply, a C classmethod) breaks the graph, and the results are eager's."""
+    class Base:
+        @classmethod
+        def scale(cls):
+            return 2.0
+
+    class Derived(Base):
+        @classmethod
+        def scale(cls):
+            return super().scale() * 3
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 2 * x
+
+    def fn(x):
+        return Square.apply(x * Derived.scale()) + 1
+    x = torch.randn(5)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = fn(xe)
+    actual = ember.compile(fn)(xc)
+    torch.testing.assert_close(actual, expected)
+    expected.sum().backward()
+    actual.sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
+    report = ember.explain(lambda x: x * Derived.scale(), x)
+    assert report.graph_count == 1 and report.break_count == 0, str(report)
