@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ..errors import Unsupported
 from . import autocast, builtins, modules, objects, operations, tensor_ops
 from . import values as V
 from . import numpy_functions  # numpy
@@ -130,6 +131,10 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
         if isinstance(call_method, types.FunctionType):
             return inline_real_function(tx, call_method, [callee] + args, kwargs)
         raise tx.unsupported(f"calling {callee.describe()}")
+    if isinstance(callee, V.ObjectValue) and isinstance(callee.obj, functools._lru_cache_wrapper):
+        result = _call_memoized(tx, callee.obj, args, kwargs)      # e.g. logger.warning_once(...)
+        if result is not None:
+            return result
     if isinstance(callee, V.UserObjectValue):
         call_method = getattr(type(callee.obj), "__call__", None)
         if isinstance(call_method, types.FunctionType):
@@ -247,14 +252,35 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         result = builtins.call_base_method(tx, fn, args, kwargs)
         if result is not None:
             return result
-    if isinstance(fn, functools._lru_cache_wrapper) and not args and not kwargs:
-        # a memoized zero-argument function (e.g. a log-once helper): its value is fixed after the
-        # first call, and eager runs its body at most once too, so run it now and keep the result
-        result = fn()
-        if result is None or isinstance(result, (bool, int, float, str)):
-            return V.ConstantValue(result)
+    memoized = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if isinstance(memoized, functools._lru_cache_wrapper):
+        result = _call_memoized(tx, fn, args, kwargs)
+        if result is not None:
+            return result
     raise tx.unsupported(f"call to unknown C function {getattr(fn, '__qualname__', repr(fn))}",
                          "capture only understands torch ops, builtins and Python code")
+
+
+def _call_memoized(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value | None:
+    """A functools.lru_cache function (or method, as Hugging Face's ``logger.warning_once``) called
+    with Python constants: its value for those arguments is fixed after the first call, and eager
+    runs its body at most once for them too, so run it now and keep a constant result.  None
+    where the arguments or the result are not constants (the caller breaks the graph)."""
+    def python(value: V.Value) -> Any:     # an object (the logger of a bound method) as itself
+        return value.obj if isinstance(value, V.ObjectValue) else value.as_python()
+    try:
+        python_args = [python(a) for a in args]
+        python_kwargs = {k: python(v) for k, v in kwargs.items()}
+        hash((tuple(python_args), tuple(python_kwargs.items())))
+    except (Unsupported, TypeError):
+        return None
+    try:
+        result = fn(*python_args, **python_kwargs)
+    except Exception:  # noqa: BLE001 - eager raises it at this call: run the frame eagerly
+        return None
+    if result is None or type(result) in (bool, int, float, str):
+        return V.ConstantValue(result)
+    return None
 
 
 _STATE_CHANGING_NAMES = {"autocast_increment_nesting", "autocast_decrement_nesting", "clear_autocast_cache",
