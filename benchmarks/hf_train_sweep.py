@@ -131,7 +131,8 @@ def run_arch(name: str, spec, steps: int) -> str:
                     continue
                 if (e is None) != (a is None):
                     return f"MISMATCH step {step}: {label}: one side has no gradient"
-                scale = e.detach().abs().max().clamp_min(1e-5)   # a gradient that is zero in exact arithmetic (a key bias) is noise
+                # floored: a gradient that is zero in exact arithmetic (a key bias) is noise
+                scale = e.detach().abs().max().clamp_min(1e-5)
                 error = ((a.detach() - e.detach()).abs().max() / scale).item()
                 if not error <= worst:
                     worst, what = error, f"step {step} {label}"
