@@ -71,3 +71,17 @@ def test_a_real_logger_warning_once_style_call(caplog):
         for _ in range(3):
             compiled(torch.ones(2))
     assert [r.getMessage() for r in caplog.records].count("only once") == 1
+
+
+def test_a_bounded_cache_breaks_the_graph():
+    """lru_cache(maxsize=1) runs its body again after an eviction in eager: not a constant."""
+    @functools.lru_cache(maxsize=1)
+    def bounded(name):
+        CALLS.append(name)
+        return len(name)
+
+    def fn(x, name):
+        return x * bounded(name)
+    x = torch.randn(2)
+    assert ember.explain(fn, x, "ab").break_count >= 1
+    torch.testing.assert_close(ember.compile(fn)(x, "abc"), x * 3)
