@@ -263,15 +263,18 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
 
 def _call_memoized(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Value]) -> V.Value | None:
     """A functools.lru_cache(None) / functools.cache function (or method, as Hugging Face's
-    ``logger.warning_once``) called with Python constants: its value for those arguments is fixed
-    after the first call, and eager runs its body at most once for them too, so run it now and keep
-    a constant result.  None where the cache is bounded or the arguments or the result are not
-    constants (the caller breaks the graph)."""
+    ``logger.warning_once``) called with Python constants, or any lru_cache function of no
+    arguments (torch.fx's tracing-warning helper): its value for those arguments is fixed after
+    the first call, and eager runs its body at most once for them too, so run it now and keep a
+    constant result.  None where a bounded cache could evict the entry, or the arguments or the
+    result are not constants (the caller breaks the graph)."""
     def python(value: V.Value) -> Any:     # an object (the logger of a bound method) as itself
         return value.obj if isinstance(value, V.ObjectValue) else value.as_python()
-    cache = getattr(fn, "__func__", fn)
-    if cache.cache_parameters().get("maxsize") is not None:
-        return None         # a bounded cache runs the body again after an eviction: eager's side effects
+    maxsize = getattr(fn, "__func__", fn).cache_parameters().get("maxsize")
+    if maxsize is not None and (maxsize < 1 or args or kwargs or isinstance(fn, types.MethodType)):
+        # a bounded cache runs the body again after an eviction (eager's side effects again); a
+        # function of no arguments has one entry, which nothing evicts
+        return None
     try:
         python_args = [python(a) for a in args]
         python_kwargs = {k: python(v) for k, v in kwargs.items()}
