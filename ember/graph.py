@@ -159,6 +159,16 @@ def suggested_memory_format(shape: Sequence[Size], stride: Sequence[Size]) -> An
     return torch.channels_last if len(shape) == 4 else torch.channels_last_3d
 
 
+def stacked_at_end_strides(shape: Sequence[Size], inputs: Sequence[TensorMeta]) -> tuple[int, ...] | None:
+    """Strides of eager's ``stack(inputs, dim=-1)`` (result ``shape``): cat of the inputs unsqueezed
+    at the end, where unsqueeze gives the new dim stride 1, so their common suggested memory format,
+    else contiguous (a permuted 3-D input's is contiguous).  None for symbolic sizes."""
+    if not all(isinstance(v, int) for v in tuple(shape) + tuple(v for m in inputs for v in (*m.shape, *m.stride))):
+        return None
+    formats = {suggested_memory_format((*m.shape, 1), (*m.stride, 1)) for m in inputs}
+    return memory_format_strides(shape, formats.pop() if len(formats) == 1 else torch.contiguous_format)
+
+
 def preserved_strides(shape: Sequence[Size], stride: Sequence[Size]) -> tuple[int, ...] | None:
     """The strides of ATen's ``empty_like(x)`` (preserve_format), behind every clone, copy and
     ``*_like`` that keeps a layout: x's own when non-overlapping and dense, else dense strides in

@@ -23,8 +23,7 @@ from ..graph import (
     channels_last_strides,
     contiguous_strides,
     elementwise_strides,
-    memory_format_strides,
-    suggested_memory_format,
+    stacked_at_end_strides,
     target_name,
 )
 from . import autocast
@@ -467,20 +466,15 @@ def _tensor_iterator_layout(inputs: list[V.TensorValue], meta: TensorMeta) -> Te
 
 def _stack_layout(args: list[V.Value], kwargs: dict[str, Any], inputs: list[V.TensorValue],
                   meta: TensorMeta) -> TensorMeta:
-    """Eager stacks at a new last dim by cat of the inputs unsqueezed there: cat's layout, which is
-    their common suggested memory format, else contiguous; the meta kernel follows a permuted
-    input.  (Below the last dim eager cats the inputs and splits a dim by a view: the meta device
-    agrees.)"""
+    """Eager's stack at a new last dim (graph.stacked_at_end_strides); the meta kernel follows a
+    permuted input.  (Below the last dim eager cats the inputs and splits a dim by a view: the meta
+    device agrees.)"""
     dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
     dim = getattr(dim, "value", dim)
     if not isinstance(dim, int) or dim not in (-1, meta.ndim - 1):
         return meta
-    metas = [t.meta for t in inputs]
-    if not all(isinstance(v, int) for m in metas for v in (*m.shape, *m.stride)):
-        return meta
-    formats = {suggested_memory_format((*m.shape, 1), (*m.stride, 1)) for m in metas}
-    memory_format = formats.pop() if len(formats) == 1 else torch.contiguous_format
-    return dataclasses.replace(meta, stride=memory_format_strides(meta.shape, memory_format))
+    strides = stacked_at_end_strides(meta.shape, [t.meta for t in inputs])
+    return meta if strides is None else dataclasses.replace(meta, stride=strides)
 
 
 def _is_scalar_base_pow(target: Callable, args: list[V.Value]) -> bool:

@@ -499,7 +499,7 @@ class _Converter:
                 tuple(value.meta.stride) != tuple(original.stride) and _dense(original)):
             value = ops.clone(value)  # a buffer of its own (its value may be an input's)
             if _dense(original) and tuple(value.meta.shape) == tuple(original.shape):
-                value.meta = value.node.meta = dataclasses.replace(value.meta, stride=tuple(original.stride))
+                value = ops.relaid(value, original.stride)
         self.output_nodes.add(value.node)
         return value
 

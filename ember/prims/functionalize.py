@@ -291,9 +291,7 @@ def _in_layout(value: Value, original: TensorMeta) -> Value:
     if tuple(value.meta.stride) == stride or tuple(value.meta.shape) != shape or \
             not all(isinstance(v, int) for v in (*shape, *stride)) or not is_dense(shape, stride):
         return value
-    value = ops.clone(value)
-    value.meta = value.node.meta = dataclasses.replace(value.meta, stride=stride)
-    return value
+    return ops.relaid(ops.clone(value), stride)
 
 
 def view_chain(base: Node, out: Node, emitted: set[Node], base_meta: TensorMeta | None = None

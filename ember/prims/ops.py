@@ -6,6 +6,7 @@ Operands are `Value`s or Python numbers.  Helpers never mutate; they return Valu
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import math
 import operator
 from collections.abc import Sequence
@@ -205,6 +206,14 @@ def stop_gradient(x: Value) -> Value:
     """x itself, through which autodiff sends no gradient (a stabilizing shift such as softmax's
     max: the result does not depend on it, and its gradient would compare values for ties)."""
     return emit(P.detach, x)
+
+
+def relaid(x: Value, stride: Sequence[Size] | None) -> Value:
+    """``x``, a value this decomposition just emitted, with the strides eager gives its buffer
+    (the prim computes in any layout; lowering allocates with these).  None keeps x's own."""
+    if stride is not None:
+        x.meta = x.node.meta = dataclasses.replace(x.meta, stride=tuple(stride))
+    return x
 
 
 def clone(x: Value) -> Value:

@@ -1,7 +1,6 @@
 """Elementwise math, comparisons, casts, clamp/lerp/addcmul and friends."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import operator
@@ -475,10 +474,7 @@ def _in_format(x: Value, memory_format: Any, fresh: bool) -> Value:
     stride = memory_format_strides(tuple(x.shape), memory_format)
     if stride is None or _laid_out(x, stride):
         return x
-    if not fresh:
-        x = ops.clone(x)
-    x.meta = x.node.meta = dataclasses.replace(x.meta, stride=tuple(stride))
-    return x
+    return ops.relaid(x if fresh else ops.clone(x), stride)
 
 
 def _fresh_copy(x: Value, memory_format: Any) -> Value:
@@ -487,10 +483,7 @@ def _fresh_copy(x: Value, memory_format: Any) -> Value:
     copy = ops.clone(x)
     if memory_format not in (None, torch.preserve_format):
         return _in_format(copy, memory_format, fresh=True)
-    stride = preserved_strides(x.shape, x.meta.stride)
-    if stride is not None:
-        copy.meta = copy.node.meta = dataclasses.replace(copy.meta, stride=stride)
-    return copy
+    return ops.relaid(copy, preserved_strides(x.shape, x.meta.stride))
 
 
 def _cast_method(dtype: torch.dtype):

@@ -107,10 +107,9 @@ def getitem(x: Any, index: Any) -> Any:
         return view
     indices = _index_list(view, advanced)
     result = ops.emit(P.index, view, indices)
-    strides = _advanced_index_strides(view, indices, result)
-    if strides is not None and result.node.target is P.index:
-        result.meta = result.node.meta = dataclasses.replace(result.meta, stride=strides)
-    return result
+    if result.node.target is not P.index:
+        return result
+    return ops.relaid(result, _advanced_index_strides(view, indices, result))
 
 
 def _advanced_index_strides(view: Value, indices: list[Any], result: Value) -> tuple[int, ...] | None:
@@ -203,12 +202,9 @@ def index_put(x: Value, indices: Sequence[Any], values: Value, accumulate: bool 
     index_list = _index_list(x, [(d, i) for d, i in enumerate(indices) if i is not None])
     target_meta = P.index.infer_meta(x.meta, [i.meta if i is not None else None for i in index_list])
     values = _as_values(values, target_meta.shape, x.dtype, x.device)
-    result = ops.emit(P.index_put, x, index_list, values, accumulate)
     # eager's out-of-place index_put writes into x.clone(): empty_like's layout
-    stride = preserved_strides(x.shape, x.meta.stride)
-    if stride is not None:
-        result.meta = result.node.meta = dataclasses.replace(result.meta, stride=stride)
-    return result
+    return ops.relaid(ops.emit(P.index_put, x, index_list, values, accumulate),
+                      preserved_strides(x.shape, x.meta.stride))
 
 
 @register(torch.index_select, T.index_select)

@@ -6,13 +6,12 @@ whenever it is reached from it through view prims only (functionalization checks
 from __future__ import annotations
 
 import builtins
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ember.graph import memory_format_strides, suggested_memory_format
+from ember.graph import stacked_at_end_strides
 from ember.prims import ops
 from ember.prims import primitives as P
 from ember.prims.registry import register
@@ -225,13 +224,9 @@ def stack(tensors: Sequence[Value], dim: int = 0) -> Value:
         return cat([ops.unsqueeze(t, dim) for t in tensors], dim)
     if dim == tensors[0].ndim:
         joined = cat([ops.unsqueeze(t, dim) for t in tensors], dim)
-        # eager's unsqueeze gives the new last dim stride 1, and that decides cat's layout: the
-        # inputs' common suggested format (a permuted 3-D input's is contiguous)
-        formats = {suggested_memory_format((*t.shape, 1), (*t.meta.stride, 1)) for t in tensors}
-        strides = memory_format_strides(joined.shape, formats.pop() if len(formats) == 1 else torch.contiguous_format)
-        if joined.node.target is P.cat and all(isinstance(v, int) for v in (*joined.shape, *strides)):
-            joined.meta = joined.node.meta = dataclasses.replace(joined.meta, stride=strides)
-        return joined
+        if joined.node.target is not P.cat:
+            return joined
+        return ops.relaid(joined, stacked_at_end_strides(joined.shape, [t.meta for t in tensors]))
     joined = cat(tensors, dim)
     shape = tuple(tensors[0].shape)
     return ops.reshape(joined, (*shape[:dim], len(tensors), *shape[dim:]))
