@@ -64,6 +64,8 @@ def test_a_created_dropout_is_in_training_mode_inside_an_eval_model():
             return nn.Dropout(p=1.0)(x) + 1
     model = Model().eval()
     x = torch.randn(4, 3)
+    report = ember.explain(model, x)        # compiled: eager would also give ones
+    assert report.graph_count == 1 and report.break_count == 0, str(report)
     torch.testing.assert_close(ember.compile(model)(x), model(x))
     assert torch.equal(ember.compile(model)(x), torch.ones(4, 3))
 
@@ -72,6 +74,8 @@ def test_an_escaping_module_is_new_at_every_call():
     def fn(x):
         m = nn.Softmax(dim=0)
         return m(x), m
+    report = ember.explain(fn, torch.randn(3))    # compiled: the epilogue makes the module
+    assert report.graph_count == 1 and report.break_count == 0, str(report)
     compiled = ember.compile(fn)
     (y1, m1), (y2, m2) = compiled(torch.randn(3)), compiled(torch.randn(3))
     assert type(m1) is nn.Softmax and m1.dim == 0 and m1 is not m2

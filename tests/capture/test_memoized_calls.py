@@ -66,6 +66,10 @@ def test_a_real_logger_warning_once_style_call(caplog):
     def fn(x):
         once("only once")
         return x + 1
+    report = ember.explain(fn, torch.ones(2))     # compiled (the explain call logs it once)
+    assert report.graph_count == 1 and report.break_count == 0, str(report)
+    once.cache_clear()
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="ember.test.memoized"):
         compiled = ember.compile(fn)
         for _ in range(3):
