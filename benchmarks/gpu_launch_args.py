@@ -7,32 +7,18 @@ not a test.)
 """
 from __future__ import annotations
 
-import time
-
 import torch
+from gpu_host_ops import per_call_us
 
 import ember
-
-
-def per_call_us(fn, repeats: int = 5000, rounds: int = 7) -> float:
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        best = min(best, (time.perf_counter() - start) / repeats * 1e6)
-        torch.cuda.synchronize()
-    return best
 
 
 def main() -> None:
     a, b, c = (torch.randn(4096, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     compiled = ember.compile(lambda a, b, c: ((a * b + c).relu(),), backend="ember")
     compiled(a, b, c)
-    entry = compiled._ember_captured.entries[0] if hasattr(compiled, "_ember_captured") else None
-    call = getattr(entry.compiled, "call", entry.compiled) if entry is not None else None
+    entry = compiled._ember_captured.entries[0]
+    call = getattr(entry.compiled, "call", entry.compiled)
     launchers = {k: v for k, v in call.__globals__.items() if k.startswith("kernel")}
     name, launch = next(iter(launchers.items()))
     out = torch.empty_like(a)
@@ -48,16 +34,17 @@ def main() -> None:
     def raw(*args):
         c_launch(grid[0], grid[1], grid[2], get_stream(device), *static, *args)
     rows = {
-        "launcher(t.data_ptr() per arg), as generated": lambda: launch(*(t.data_ptr() for t in tensors)),
+        "launcher(t.data_ptr() per arg), as generated": lambda: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                                       out.data_ptr()),
         "C launch(tensors)": lambda: raw(*tensors),
         "C launch(ints, precomputed)": lambda: raw(*pointers),
         "C launch(t.data_ptr() per arg)": lambda: raw(a.data_ptr(), b.data_ptr(), c.data_ptr(), out.data_ptr()),
         "eager torch.add(a, b)": lambda: torch.add(a, b),
         "compiled call (guards, alloc, launch)": lambda: compiled(a, b, c),
     }
-    print(f"kernel {name}, {len(tensors)} pointer arguments; host us per call (best of 7 x 5000)")
+    print(f"kernel {name}, {len(tensors)} pointer arguments; thread CPU us per call (best of 7 x 5000)")
     for label, fn in rows.items():
-        print(f"  {label:40s} {per_call_us(fn):6.2f}")
+        print(f"  {label:40s} {per_call_us(fn, repeats=5000):6.2f}")
 
 
 if __name__ == "__main__":
