@@ -203,6 +203,15 @@ class _Layout:
     num_inputs: int
     constants: dict[int, Any]       # outputs that are Python values
     alias_metas: dict[int, TensorMeta]  # outputs that eager returns as views of inputs: their layout
+    # per-call fast paths (a host-bound step pays every Python statement here, twice a step):
+    # the user's outputs are the first ones returned, as they are (no constants, aliases or views)
+    plain_outputs: bool
+    # the Function returns forward outputs 0..k-1: a slice, not a generator
+    returned_prefix: bool
+    # every input is a tensor: the weak references for double backward made by map(), in C
+    tensor_inputs: bool
+    # one differentiable output: a non-None incoming gradient reaches every input it depends on
+    single_tangent: bool
 
 
 class TrainingStep:
@@ -222,6 +231,7 @@ class TrainingStep:
         self.saved_metas = [p.meta for p in backward_placeholders[:len(parts.saved)]]
         self.tangent_metas = [p.meta for p in backward_placeholders[len(parts.saved):]]
         self.num_saved = len(parts.saved)
+        self.saves_tensors_only = all(isinstance(m, TensorMeta) for m in self.saved_metas)
         self.device = next((p.meta.device.type for p in prim_graph.placeholders
                             if isinstance(p.meta, TensorMeta)), "cpu")
         # dynamic shapes: where each size symbol is read in the forward's inputs (the metas the
@@ -240,6 +250,8 @@ class TrainingStep:
     def __call__(self, *inputs: Any) -> tuple:
         returned = _CompiledFunction.apply(self, *inputs)
         layout = self.layout
+        if layout.plain_outputs:
+            return returned[:layout.num_user_outputs]
         results: list[Any] = [None] * layout.num_forward_outputs
         for position, value in zip(layout.returned, returned):
             results[position] = value
@@ -332,18 +344,25 @@ def _layout(prim_graph: Graph, joint: Joint) -> _Layout:
         {i for i, s in extra.get("output_sources", {}).items() if s[0] in ("input", "input_view", "output")}
     returned = [i for i, v in enumerate(outputs) if isinstance(v, Node) and i not in mutated and i not in replaced]
     differentiable = set(joint.differentiable_outputs)
+    num_user_outputs = extra.get("num_user_outputs", len(outputs))
+    returned_prefix = returned == list(range(len(returned)))
     return _Layout(
         returned=returned,
         non_differentiable=[i for i in returned if i not in differentiable],
         tangent_slots=[returned.index(i) for i in joint.differentiable_outputs],
         num_forward_outputs=len(outputs),
-        num_user_outputs=extra.get("num_user_outputs", len(outputs)),
+        num_user_outputs=num_user_outputs,
         grad_inputs=joint.grad_inputs,
         grad_sources=joint.grad_sources,
         num_inputs=len(joint.primals),
         constants={i: v for i, v in enumerate(outputs) if not isinstance(v, Node)},
         alias_metas={i: outputs[i].meta for i in extra.get("output_aliases", {})
                      if isinstance(outputs[i], Node) and isinstance(outputs[i].meta, TensorMeta)},
+        plain_outputs=returned_prefix and len(returned) >= num_user_outputs and not extra.get("output_aliases")
+        and not extra.get("output_sources") and not extra.get("detached_outputs"),
+        returned_prefix=returned_prefix,
+        tensor_inputs=all(isinstance(p.meta, TensorMeta) for p in prim_graph.placeholders),
+        single_tangent=len(joint.differentiable_outputs) == 1,
     )
 
 
@@ -389,14 +408,22 @@ class _CompiledFunction(torch.autograd.Function):
         saved = results[layout.num_forward_outputs:]
         ctx.step = step
         ctx.set_materialize_grads(False)    # an output nobody differentiated: None, see backward
-        ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
-        ctx.saved_others = [(i, s) for i, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
-        ctx.input_refs = [_reference(x) for x in inputs]
+        if step.saves_tensors_only:
+            ctx.save_for_backward(*saved)
+            ctx.saved_others = ()
+        else:
+            ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+            ctx.saved_others = [(i, s) for i, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
+        ctx.input_refs = list(map(weakref.ref, inputs)) if layout.tensor_inputs else list(map(_reference, inputs))
         ctx.size_numbers = step.size_numbers(inputs) if step.size_symbols else None
-        returned = tuple(results[i] for i in layout.returned)
-        non_differentiable = [results[i] for i in layout.non_differentiable if isinstance(results[i], torch.Tensor)]
-        if non_differentiable:
-            ctx.mark_non_differentiable(*non_differentiable)
+        if layout.returned_prefix:
+            returned = tuple(results[:len(layout.returned)])
+        else:
+            returned = tuple(results[i] for i in layout.returned)
+        if layout.non_differentiable:
+            non_differentiable = [results[i] for i in layout.non_differentiable if isinstance(results[i], torch.Tensor)]
+            if non_differentiable:
+                ctx.mark_non_differentiable(*non_differentiable)
         return returned
 
     @staticmethod
@@ -444,6 +471,11 @@ def _input_grads(layout: _Layout, input_grads: Any, grads: tuple) -> list[Any]:
     """The Function's gradients, in input order: None where eager's would be, for inputs not
     requiring grad and for inputs reached only from outputs that got no gradient."""
     result: list[Any] = [None] * layout.num_inputs
+    if layout.single_tangent and grads[layout.tangent_slots[0]] is not None:
+        for position, grad, sources in zip(layout.grad_inputs, input_grads, layout.grad_sources):
+            if sources:
+                result[position] = grad
+        return result
     for position, grad, sources in zip(layout.grad_inputs, input_grads, layout.grad_sources):
         if any(grads[layout.tangent_slots[k]] is not None for k in sources):
             result[position] = grad

@@ -158,6 +158,8 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     for value in program.outputs:
         if isinstance(value, str):
             results.append(expr_of[value])
+        elif isinstance(value, ir.OutputView) and _is_whole_buffer(value, sched, program.outputs):
+            results.append(expr_of[value.base])     # the buffer as allocated: no view to make (2-3 us each)
         elif isinstance(value, ir.OutputView):
             results.append(f"{expr_of[value.base]}.as_strided({sizes(value.shape)}, {sizes(value.stride)}, "
                            f"{sizes(value.storage_offset)})")
@@ -175,6 +177,21 @@ def generate_wrapper(sched: Schedule, param_names: list[str], launchers: dict[st
     returned = results[:num_user]
     lines.append(f"    return ({''.join(r + ', ' for r in returned)})")
     return "\n".join(lines) + "\n", out.globals
+
+
+def _is_whole_buffer(view: ir.OutputView, sched: Schedule, outputs: list[Any]) -> bool:
+    """A view output that is its base buffer exactly as the wrapper holds it (a backward's weight
+    gradient reshaped to its own shape), and the only output made from that buffer: the buffer
+    itself is returned, as the distinct object eager would return."""
+    plan = sched.buffers.get(view.base)
+    if plan is None or plan.kind == "input" or not known_equal(view.storage_offset, 0):
+        return False
+    if plan.kind == "extern" and not math.prod(plan.shape) > 1:
+        return False        # not restrided to the plan's strides (_emit_extern): the view sets them
+    if not (known_equal_sizes(tuple(view.shape), tuple(plan.shape)) and
+            known_equal_sizes(tuple(view.stride), tuple(plan.stride))):
+        return False
+    return sum(o == view.base or (isinstance(o, ir.OutputView) and o.base == view.base) for o in outputs) == 1
 
 
 def _emit_write_backs(out: WrapperSource, sched: Schedule, param_names: list[str], results: list[str],
@@ -508,6 +525,10 @@ def _strided_view(base: str, view: ir.BufferView, plan: BufferPlan) -> str:
     if known_equal_sizes(tuple(view.shape), tuple(plan.shape)) and known_equal_sizes(tuple(stride), tuple(plan.stride)) \
             and known_equal(offset, 0):
         return base         # the whole buffer as it is laid out: no view to make (2-3 us each)
+    if len(view.shape) == 2 and len(plan.shape) == 2 and known_equal(offset, 0) and \
+            known_equal_sizes(tuple(view.shape), tuple(plan.shape)[::-1]) and \
+            known_equal_sizes(tuple(stride), tuple(plan.stride)[::-1]):
+        return f"{base}.t()"    # a weight read transposed by a matmul: one call, not as_strided's three
     if plan.kind in ("input", "extern"):
         # inputs and extern results may start inside their storage; offsets here are relative
         start = f"{base}.storage_offset() + {sizes(offset)}" if offset else f"{base}.storage_offset()"
