@@ -290,9 +290,46 @@ def clone_vjp(grad: Value, out: Value, x: Value) -> tuple[Grad]:
 
 @vjp_rule("where")
 def where_vjp(grad: Value, out: Value, cond: Value, a: Any, b: Any) -> tuple[Grad, Grad, Grad]:
+    cond = _condition_from_output(out, cond, a, b)
     return (None,
             _grad_for(a, lambda g: ops.where(cond, g, 0.0), grad),
             _grad_for(b, lambda g: ops.where(cond, 0.0, g), grad))
+
+
+_HOLDS = {"le": lambda v, t: v <= t, "lt": lambda v, t: v < t, "ge": lambda v, t: v >= t, "gt": lambda v, t: v > t}
+
+
+def _condition_from_output(out: Value, cond: Value, a: Any, b: Any) -> Value:
+    """``cond`` recomputed from where's output when that is exact: relu is where(x <= 0, 0, x), and
+    x <= 0 exactly where relu(x) <= 0 (NaN included: false for both).  Eager's relu backward reads
+    the output too, so the partitioner saves that output (the next layer's matmul saves it anyway)
+    rather than a bool mask beside it: less memory, one store and allocation fewer per activation.
+
+    Holds for where(x CMP t, c, x) when c CMP t is true, and for where(x CMP t, x, c) when it is
+    false: the output passes the test exactly where x did.  t and c must be numbers the output's
+    dtype holds exactly, so that rounding cannot move c across t."""
+    node = cond.node if isinstance(cond, Value) else None
+    compare = getattr(getattr(node, "target", None), "name", None)
+    if compare not in _HOLDS or not isinstance(out, Value) or not out.is_tensor:
+        return cond
+    x, threshold = node.args
+    if not _exact_number(threshold, out.dtype):
+        return cond
+    if isinstance(b, Value) and b.node is x and _exact_number(a, out.dtype) and _HOLDS[compare](a, threshold):
+        return getattr(ops, compare)(out, threshold)
+    if isinstance(a, Value) and a.node is x and _exact_number(b, out.dtype) and not _HOLDS[compare](b, threshold):
+        return getattr(ops, compare)(out, threshold)
+    return cond
+
+
+def _exact_number(value: Any, dtype: torch.dtype) -> bool:
+    """A Python int or float (not NaN) that ``dtype`` represents exactly."""
+    if type(value) not in (int, float) or value != value or dtype == torch.bool:
+        return False
+    try:
+        return torch.tensor(value, dtype=dtype).item() == value
+    except (RuntimeError, OverflowError):
+        return False
 
 
 @vjp_rule("detach")

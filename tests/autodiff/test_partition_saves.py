@@ -260,3 +260,24 @@ def test_integer_comparison_is_recomputed_not_saved():
     _train_once_on(PaddedTokenScale(5, 8), ids, lambda out: out.square().sum())
     saved = [m for m in COMPILED[0].call.saved_metas if isinstance(m, TensorMeta)]
     assert not [m for m in saved if m.dtype == torch.bool], [(m.dtype, tuple(m.shape)) for m in saved]
+
+
+class ReluMlp(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim), nn.ReLU(),
+                                    nn.Linear(dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def test_relu_mask_is_read_from_the_relu_output():
+    """Eager's ReLU backward reads the output (threshold_backward(grad, out, 0)), which the next
+    linear layer's weight gradient saves anyway.  Differentiated prim by prim, relu's where(x <= 0,
+    0, x) gradient read the mask x <= 0, and the forward stored a bool mask beside each output."""
+    torch.manual_seed(0)
+    _train_once(ReluMlp(16), torch.randn(8, 16))
+    saved = _backward_graph().placeholders[:len(COMPILED[0].call.saved_metas)]
+    dtypes = [p.meta.dtype for p in saved if isinstance(p.meta, TensorMeta)]
+    assert torch.bool not in dtypes, f"saved: {[(p.name, p.meta.dtype) for p in saved]}"
