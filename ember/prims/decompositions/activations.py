@@ -44,8 +44,11 @@ def hardtanh(x: Value, min_val: float = -1.0, max_val: float = 1.0, inplace: boo
     if not x.dtype.is_floating_point:
         return value
     # eager's gradient: none at or beyond a bound (maximum/minimum would give half at a bound:
-    # relu6 at exactly 0), all of it elsewhere, NaN included
-    outside = ops.logical_or(ops.le(x, min_val), ops.ge(x, max_val))
+    # relu6 at exactly 0), all of it elsewhere, NaN included; hardtanh_backward compares float(x)
+    # with float bounds (an fp16 x of 0.33325 is inside a bound of 1/3, not on it)
+    outside = ops.logical_or(ops.le(ops.upcast(x), min_val), ops.ge(ops.upcast(x), max_val))
+    # an x equal to a bound is itself the value, as eager's clamp keeps it (relu6(-0.0) is -0.0)
+    value = ops.where(ops.logical_or(ops.lt(x, min_val), ops.gt(x, max_val)), value, x)
     return ops.where(outside, ops.stop_gradient(value), x)
 
 
@@ -156,7 +159,10 @@ def tanhshrink(x: Value) -> Value:
 
 @register(F.threshold, torch.threshold, inplace_kw="inplace")
 def threshold(x: Value, threshold: float, value: float, inplace: bool = False) -> Value:
-    return ops.cast(ops.where(ops.le(x, threshold), value, x), x.dtype)
+    # bf16/fp16 on CPU: eager compares float(x) with the threshold as a float; CUDA's kernel
+    # rounds the threshold to x's dtype (F.threshold(x, 0.1, v) keeps a bf16 0.1 on CPU only)
+    tested = ops.upcast(x) if x.device.type == "cpu" else x
+    return ops.cast(ops.where(ops.le(tested, threshold), value, x), x.dtype)
 
 
 @register(F.hardshrink, torch.hardshrink, T.hardshrink)
@@ -166,10 +172,21 @@ def hardshrink(x: Value, lambd: float = 0.5) -> Value:
 
 @register(F.softshrink)
 def softshrink(x: Value, lambd: float = 0.5) -> Value:
-    # eager's x * 0 inside the band (NaN stays NaN, -0 stays -0; a NaN gets the gradient, as eager)
-    inside = ops.where(ops.isnan(x), x, x * 0.0)
-    shrunk = ops.where(ops.gt(x, lambd), x - lambd, ops.where(ops.lt(x, -lambd), x + lambd, inside))
-    return ops.cast(shrunk, x.dtype)
+    # eager's x * 0 inside the band (NaN stays NaN, -0 stays -0; a NaN gets the gradient, as eager).
+    # bf16/fp16 on CPU: eager's forward tests and subtracts in float (a bf16 0.1 minus 0.1 is 1e-4,
+    # not 0), and its backward tests |x| <= lambd in x's dtype, lambd rounded to it
+    computed = ops.upcast(x) if x.device.type == "cpu" else x
+    inside = ops.where(ops.isnan(computed), computed, computed * 0.0)
+    shrunk = ops.where(ops.gt(computed, lambd), computed - lambd,
+                       ops.where(ops.lt(computed, -lambd), computed + lambd, inside))
+    value = ops.cast(shrunk, x.dtype)
+    if computed is x:
+        return value
+    backward_band = ops.logical_and(ops.ge(x, -lambd), ops.le(x, lambd))
+    forward_band = ops.logical_and(ops.ge(computed, -lambd), ops.le(computed, lambd))
+    # inside the float band but outside the rounded one: the value x * 0, the gradient passes
+    passing_zero = ops.cast(inside - (ops.stop_gradient(computed) - computed), x.dtype)
+    return ops.where(backward_band, ops.stop_gradient(value), ops.where(forward_band, passing_zero, value))
 
 
 @register(F.glu)

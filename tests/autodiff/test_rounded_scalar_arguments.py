@@ -1,0 +1,48 @@
+"""Activations whose scalar arguments (thresholds, bounds, lambdas) a bf16/fp16 tensor cannot hold
+exactly, on CPU: eager's kernels differ in where they round them.  F.threshold and softshrink's
+forward compare (and subtract) in float, softshrink's backward compares in x's dtype, and
+hardtanh's backward compares float(x) with float bounds.  ember followed none of that:
+F.threshold(x, 0.1, v) replaced a bf16 x of 0.1 (0.10009766) that eager kept, softshrink gave 0
+where eager gives 1e-4, and hardtanh's fp16 gradient was 0 at x = 1/3 (0.33325) inside a bound
+of 1/3.  Each op is walked over values at, just inside and just outside its rounded and
+unrounded arguments: values and gradients bit for bit (signed zeros included)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+
+NAN, INF = float("nan"), float("inf")
+VALUES = [-2.0, -1.0, -1 / 3, -0.33325, -0.3, -0.1001, -0.1, -0.0996, -0.05, -0.0, 0.0, 0.05, 0.0996, 0.1,
+          0.1001, 0.3, 0.333, 0.33325, 1 / 3, 0.3334, 0.334, 1.0, 2.0, 6.0, INF, -INF, NAN]
+OPS = {
+    "threshold": lambda x, a: F.threshold(x, a, 5.0),
+    "threshold_fill_rounded": lambda x, a: F.threshold(x, 0.0, a),
+    "hardtanh": lambda x, a: F.hardtanh(x, -a, a),
+    "softshrink": lambda x, a: F.softshrink(x, a),
+    "hardshrink": lambda x, a: F.hardshrink(x, a),
+    "clamp": lambda x, a: torch.clamp(x, -a, a),
+    "leaky_relu": lambda x, a: F.leaky_relu(x, a),
+    "relu6": lambda x, a: F.relu6(x),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("argument", [0.1, 1 / 3, 0.3, 0.5])
+@pytest.mark.parametrize("name", list(OPS))
+def test_values_and_gradients_equal_eager(name, argument, dtype):
+    x = torch.tensor(VALUES, dtype=dtype)
+    weights = torch.arange(1, len(VALUES) + 1, dtype=dtype)
+
+    def run(f):
+        xs = x.clone().requires_grad_()
+        out = f(xs, argument)
+        (out * weights).nansum().backward()
+        return out.detach(), xs.grad
+    expected = run(OPS[name])
+    actual = run(ember.compile(OPS[name], options={"fallback": "error"}))
+    for what, a, e in zip(("value", "x.grad"), actual, expected):
+        torch.testing.assert_close(a, e, rtol=0, atol=0, equal_nan=True, msg=f"{name}: {what}")
+        assert torch.equal(a.signbit(), e.signbit()), f"{name}: {what}: signed zeros differ"
