@@ -191,7 +191,8 @@ def _is_whole_buffer(view: ir.OutputView, sched: Schedule, outputs: list[Any]) -
     if not (known_equal_sizes(tuple(view.shape), tuple(plan.shape)) and
             known_equal_sizes(tuple(view.stride), tuple(plan.stride))):
         return False
-    return sum(o == view.base or (isinstance(o, ir.OutputView) and o.base == view.base) for o in outputs) == 1
+    return sum((isinstance(o, str) and o == view.base) or (isinstance(o, ir.OutputView) and o.base == view.base)
+               for o in outputs) == 1
 
 
 def _emit_write_backs(out: WrapperSource, sched: Schedule, param_names: list[str], results: list[str],
