@@ -149,6 +149,17 @@ def call(tx: Any, callee: V.Value, args: list[V.Value], kwargs: dict[str, V.Valu
     raise tx.unsupported(f"calling {callee.describe()}")
 
 
+def _autograd_function_class(fn: Any, args: list[V.Value]) -> type | None:
+    """The user's autograd.Function subclass when this calls its ``apply`` (bound, or the function
+    with the class first, as a classmethod loaded from the class is called here), else None."""
+    apply = torch.autograd.Function.apply.__func__
+    if isinstance(fn, types.MethodType) and fn.__func__ is apply and isinstance(fn.__self__, type):
+        return fn.__self__
+    if fn is apply and args and isinstance(args[0], V.ObjectValue) and isinstance(args[0].obj, type):
+        return args[0].obj
+    return None
+
+
 def _decorate_with_grad_mode(tx: Any, manager: V.GradModeValue, args: list[V.Value],
                              kwargs: dict[str, V.Value]) -> V.Value:
     """``torch.no_grad()(func)``: the decorator form of the grad-mode managers (generator functions
@@ -244,6 +255,11 @@ def _call_object(tx: Any, fn: Any, args: list[V.Value], kwargs: dict[str, V.Valu
         if has_tensor:
             return tensor_ops.record_call(session, fn, args, kwargs)
         return builtins.operator_on_values(tx, fn, args, kwargs)
+    function_class = _autograd_function_class(fn, args)
+    if function_class is not None:
+        raise tx.unsupported(f"custom torch.autograd.Function {function_class.__qualname__}.apply",
+                             "ember does not trace autograd.Function yet: the call runs eagerly, with its own "
+                             "backward, between two compiled graphs")
     if isinstance(fn, types.FunctionType):
         return inline_real_function(tx, fn, args, kwargs)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
