@@ -1094,6 +1094,10 @@ def _iota(self: _Lowering, node: Node, length: int, start: int, step: int, dtype
 
 def _full(self: _Lowering, node: Node, shape: Any, value: Any, dtype: torch.dtype, device: Any,
           stride: Any = None) -> TensorValue:
+    if dtype in (torch.bfloat16, torch.float16) and type(value) in (int, float):
+        # the tensor holds the number rounded to its dtype; a Const of that dtype is read as the
+        # unrounded number (a Python scalar operand is, in eager's float math): round it here
+        value = torch.tensor(value, dtype=dtype).item()
     return self.pointwise(node, tuple(_meta(node).shape), dtype, lambda idx: _operand(value, idx, dtype))
 
 

@@ -193,7 +193,9 @@ def softshrink(x: Value, lambd: float = 0.5) -> Value:
 def glu(x: Value, dim: int = -1) -> Value:
     dim = ops.normalize_dim(dim, x.ndim)
     half = x.shape[dim] // 2
-    return ops.slice_dim(x, dim, 0, half) * ops.sigmoid(ops.slice_dim(x, dim, half, x.shape[dim]))
+    # eager's kernel computes a * sigmoid(b) in float and rounds once (bf16/fp16)
+    a, b = ops.upcast(ops.slice_dim(x, dim, 0, half)), ops.upcast(ops.slice_dim(x, dim, half, x.shape[dim]))
+    return ops.cast(a * ops.sigmoid(b), x.dtype)
 
 
 # ---------------------------------------------------------------------- softmax

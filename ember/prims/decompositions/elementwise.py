@@ -116,11 +116,25 @@ def sinc(x: Value) -> Value:
 
 
 @register(torch.logit, T.logit, special.logit)
-@functools.partial(_opmath, int_to_float=True)
 def logit(x: Value, eps: float | None = None) -> Value:
+    if _low_precision_on_cpu(x):
+        return _logit(x, eps)     # eager's CPU kernel: each step in bf16/fp16, rounded
+    return _logit_in_float(x, eps)
+
+
+def _logit(x: Value, eps: float | None = None) -> Value:
     if eps is not None:
         x = clamp(x, eps, 1 - eps)
     return ops.log(x / (1 - x))
+
+
+_logit_in_float = functools.partial(_opmath, int_to_float=True)(_logit)
+
+
+def _low_precision_on_cpu(x: Any) -> bool:
+    """A bf16/fp16 tensor on the CPU: eager's CPU kernels round some steps there that its CUDA
+    kernels compute in float (logit, add's alpha, xlogy's number)."""
+    return is_tensor(x) and x.dtype in (torch.bfloat16, torch.float16) and x.device.type == "cpu"
 
 
 @register(torch.xlogy, T.xlogy, special.xlogy)
@@ -130,6 +144,10 @@ def xlogy(x: Any, y: Any) -> Value:
     # 0 where x is 0 (0 * log(0) and 0 * log(inf) would be NaN), with eager's gradients: log(y)
     # for x wherever y > 0 (x == 0 included: a where choosing the constant 0 gave it none), none
     # where x == 0 and y <= 0
+    if not is_tensor(y) and _low_precision_on_cpu(x) and type(y) in (int, float):
+        # eager's CPU kernel: the number becomes a tensor of x's dtype, its log one too
+        y = torch.tensor(y, dtype=x.dtype).item()
+        log_y = torch.log(torch.tensor(y, dtype=x.dtype)).item()
     if is_tensor(log_y):
         unbounded = ops.logical_or(ops.le(y, 0), ops.eq(y, math.inf))
         log_y = ops.where(ops.logical_and(ops.eq(x, 0), unbounded), 0.0, log_y)
@@ -182,6 +200,9 @@ def _times_alpha(x: Any, other: Any, alpha: Any) -> Any:
         if isinstance(alpha, float) and not (dtype.is_floating_point or dtype.is_complex):
             raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
         other = ops.cast(other, dtype) if is_tensor(other) else other
+        if dtype in (torch.bfloat16, torch.float16) and _low_precision_on_cpu(other if is_tensor(other) else x) \
+                and type(alpha) in (int, float):
+            alpha = torch.tensor(alpha, dtype=dtype).item()     # eager's CPU kernel rounds alpha first
         return ops.mul(other, ops._python_scalar(alpha, dtype))
     return other
 
@@ -200,12 +221,19 @@ def mul(x: Any, other: Any) -> Any:
           T.__truediv__)
 def div(x: Any, other: Any, *, rounding_mode: str | None = None) -> Any:
     if rounding_mode is None:
+        if not is_tensor(x) and is_tensor(other):      # number / tensor is other.__rtruediv__(x)
+            return rtruediv(other, x)
         return ops.div(x, other)
     if rounding_mode == "floor":
         return ops.floor_divide(x, other)
     result_dtype = ops.elementwise_dtypes([ops._operand_tier(x), ops._operand_tier(other)],
                                           Promotion.DEFAULT)[1]
     if result_dtype.is_floating_point:
+        if result_dtype in (torch.bfloat16, torch.float16) and is_tensor(x) and x.device.type == "cpu" and \
+                isinstance(other, (int, float)) and not isinstance(other, bool):
+            # eager's CPU kernel divides by a Python number in float, unrounded, then truncates:
+            # bf16 100 / -0.7 is -142.857 -> -142 (rounded to bf16 first, -143)
+            return ops.cast(ops.trunc(ops.div(ops.upcast(x), other)), result_dtype)
         return ops.trunc(ops.div(x, other))
     # integer division rounding toward zero: floor division, then fix the negative quotients
     quotient = ops.floor_divide(x, other)
@@ -216,7 +244,8 @@ def div(x: Any, other: Any, *, rounding_mode: str | None = None) -> Any:
 
 @register(T.__rtruediv__)
 def rtruediv(x: Value, other: Any) -> Any:
-    return ops.div(other, x)
+    # torch's Tensor.__rtruediv__ is x.reciprocal() * other (a bf16 reciprocal rounded first)
+    return ops.mul(ops.reciprocal(x), other)
 
 
 @register(torch.floor_divide, T.floor_divide, operator.floordiv, T.__floordiv__)
