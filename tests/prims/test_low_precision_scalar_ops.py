@@ -7,7 +7,10 @@ CPU kernels round, bit for bit.  Found by a sweep of 46 ops x 5 numbers x 2 dtyp
   is -142, not -143; fp16 0.1 / 0.1 is 0, not 1);
 * glu: a * sigmoid(b) in float, rounded once;
 * logit, ``add``'s alpha and ``xlogy``'s number: eager's CPU kernels round each step in x's dtype
-  (its CUDA kernels compute them in float, as ember does on CUDA).
+  (its CUDA kernels compute them in float, as ember does on CUDA);
+* rsqrt: eager's CPU kernel is 1 / sqrt(x) with the square root rounded;
+* ``round(x, decimals)``: in float, and x / 10 ** -d for negative d (not x * 0.1);
+* ``0.1 // x``: torch.floor_divide(0.1, x), the number rounded to x's dtype.
 """
 from __future__ import annotations
 
@@ -35,6 +38,10 @@ OPS = {
     "xlogy": lambda x, s: torch.xlogy(x, abs(s)), "atan2_full": lambda x, s: torch.atan2(x, torch.full_like(x, s)),
     "mul_full": lambda x, s: x * torch.full_like(x, s) * 7, "logit": lambda x, s: torch.logit(torch.sigmoid(x), abs(s) / 10),
     "glu": lambda x, s: F.glu(torch.cat([x, x * s]), 0), "gelu_tanh": lambda x, s: F.gelu(x * s, approximate="tanh"),
+    "rfloordiv": lambda x, s: s // x, "rmod": lambda x, s: s % x, "rsqrt": lambda x, s: torch.rsqrt(x.abs() + s * s),
+    "round_2": lambda x, s: torch.round(x * s, decimals=2), "round_-1": lambda x, s: torch.round(x * s * 100, decimals=-1),
+    "copysign": lambda x, s: torch.copysign(x, s), "logaddexp": lambda x, s: torch.logaddexp(x, torch.full_like(x, s)),
+    "heaviside": lambda x, s: torch.heaviside(x, torch.tensor(s, dtype=x.dtype)),
 }
 
 

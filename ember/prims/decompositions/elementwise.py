@@ -50,7 +50,7 @@ _UNARY_ALIASES = {
     "erf": [special.erf], "erfc": [special.erfc], "erfinv": [special.erfinv], "trunc": [torch.fix, T.fix],
     "bitwise_not": [operator.invert, T.__invert__],
 }
-for _name in ["neg", "abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt",
+for _name in ["neg", "abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt",
               "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
               "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "floor", "ceil", "trunc",
               "sign", "signbit", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"]:
@@ -72,10 +72,28 @@ def abs_(x: Any) -> Any:
     return ops.abs(x)
 
 
+@register(torch.rsqrt, T.rsqrt)
+def rsqrt(x: Any) -> Any:
+    if _low_precision_on_cpu(x):
+        # eager's CPU kernel for bf16/fp16 is 1 / sqrt(x) with the square root rounded first
+        return ops.reciprocal(ops.sqrt(x))
+    return ops.rsqrt(x)
+
+
 @register(torch.round, T.round)
 def round_(x: Value, *, decimals: int = 0) -> Value:
     if decimals == 0:
         return ops.round(x)
+    return _round_decimals(x, decimals)
+
+
+@_opmath
+def _round_decimals(x: Value, decimals: int) -> Value:
+    # eager's kernel, in float: nearbyint(x * 10^d) / 10^d, or for d < 0 nearbyint(x / 10^-d) * 10^-d
+    # (x * 0.01 and x / 100 round apart)
+    if decimals < 0:
+        scale = 10.0 ** -decimals
+        return ops.round(x / scale) * scale
     scale = 10.0 ** decimals
     return ops.round(x * scale) / scale
 
@@ -250,11 +268,16 @@ def rtruediv(x: Value, other: Any) -> Any:
 
 @register(torch.floor_divide, T.floor_divide, operator.floordiv, T.__floordiv__)
 def floor_divide(x: Any, other: Any) -> Any:
+    if not is_tensor(x) and is_tensor(other):      # number // tensor is other.__rfloordiv__(x)
+        return rfloordiv(other, x)
     return ops.floor_divide(x, other)
 
 
 @register(T.__rfloordiv__)
 def rfloordiv(x: Value, other: Any) -> Any:
+    # torch.floor_divide(other, x): the number is an operand of x's dtype, rounded to it (bf16 0.1 // 0.05 is 2)
+    if x.dtype in (torch.bfloat16, torch.float16) and type(other) in (int, float):
+        other = torch.tensor(other, dtype=x.dtype).item()
     return ops.floor_divide(other, x)
 
 
