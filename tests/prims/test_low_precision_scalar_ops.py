@@ -70,3 +70,18 @@ def test_gradients_close_to_eager(name, dtype):
         fn(xe, number).float().sum().backward()
         ember.compile(lambda x: fn(x, number), options={"fallback": "error"})(xc).float().sum().backward()
         torch.testing.assert_close(xc.grad, xe.grad, rtol=2e-2, atol=1e-3, equal_nan=True, msg=f"{name}({number})")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("scale", [0.02, 1.0, 30.0])
+def test_rms_norm_default_eps_is_the_float_math_epsilon(dtype, scale):
+    """eps=None is float32's epsilon for bf16/fp16 inputs, as eager's kernel computes in float.
+    ember used bf16's own (0.0078): an nn.RMSNorm(64) of bf16 activations of size 0.02 came out
+    about half of eager's, with no error."""
+    torch.manual_seed(0)
+    x = (torch.randn(4, 64) * scale).to(dtype)
+    module = torch.nn.RMSNorm(64).to(dtype)
+    with torch.no_grad():
+        module.weight.uniform_(0.5, 1.5)
+    for fn in (module, lambda x: F.rms_norm(x, (64,)), lambda x: F.rms_norm(x, (64,), eps=1e-6)):
+        torch.testing.assert_close(ember.compile(fn, options={"fallback": "error"})(x), fn(x), rtol=0, atol=0)

@@ -37,9 +37,9 @@ def layer_norm(x: Value, normalized_shape: Sequence[int], weight: Value | None =
 def rms_norm(x: Value, normalized_shape: Sequence[int], weight: Value | None = None,
              eps: float | None = None) -> Value:
     dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    if eps is None:
-        eps = torch.finfo(x.dtype).eps
     xf = ops.upcast(x)
+    if eps is None:     # eager: the epsilon of the float math (bf16's own, 0.0078, swamped small inputs)
+        eps = torch.finfo(xf.dtype).eps
     y = xf * ops.rsqrt(ops.mean(xf * xf, dims, keepdim=True) + eps)
     if weight is not None:
         y = y * weight
