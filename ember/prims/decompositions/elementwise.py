@@ -191,7 +191,8 @@ def nan_to_num(x: Value, nan: float = 0.0, posinf: float | None = None, neginf: 
 # ----------------------------------------------------------------- binary math
 @register(torch.add, T.add, operator.add, T.__add__, T.__radd__)
 def add(x: Any, other: Any, *, alpha: Any = 1) -> Any:
-    return ops.add(x, _times_alpha(x, other, alpha))
+    fused = _fused_alpha(ops.add, x, other, alpha)
+    return fused if fused is not None else ops.add(x, _times_alpha(x, other, alpha))
 
 
 @register(torch.sub, T.sub, torch.subtract, T.subtract, operator.sub, T.__sub__)
@@ -199,7 +200,30 @@ def sub(x: Any, other: Any, *, alpha: Any = 1) -> Any:
     if any((is_tensor(v) and v.dtype == torch.bool) or isinstance(v, bool) for v in (x, other)):
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
                            "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
-    return ops.sub(x, _times_alpha(x, other, alpha))
+    fused = _fused_alpha(ops.sub, x, other, alpha)
+    return fused if fused is not None else ops.sub(x, _times_alpha(x, other, alpha))
+
+
+def _fused_alpha(op: Any, x: Any, other: Any, alpha: Any) -> Any:
+    """x + alpha * y with a bf16/fp16 result as eager's kernels compute it: in float, rounded once
+    (CUDA: alpha as given; CPU's vector lanes: alpha, and a number y, rounded to the dtype first,
+    an fmadd; its scalar tail lanes round the product too, which no fixed rule can follow).  None
+    for other cases (other dtypes, alpha 1, a number y on CUDA)."""
+    if type(alpha) not in (int, float) or alpha == 1 or not is_tensor(x):
+        return None
+    dtype = _promoted(x, other)
+    if dtype not in (torch.bfloat16, torch.float16):
+        return None
+    compute = computation_dtype(dtype)
+    if type(other) in (int, float) and x.device.type == "cpu":
+        scaled = torch.tensor(alpha, dtype=dtype).item() * torch.tensor(other, dtype=dtype).item()
+        return ops.cast(op(ops.cast(x, compute), scaled), dtype)      # exact in float: 8-bit mantissas
+    if not is_tensor(other):
+        return None
+    if x.device.type == "cpu":
+        alpha = torch.tensor(alpha, dtype=dtype).item()
+    product = ops.mul(ops.cast(ops.cast(other, dtype), compute), alpha)
+    return ops.cast(op(ops.cast(ops.cast(x, dtype), compute), product), dtype)
 
 
 def _promoted(*operands: Any) -> torch.dtype | None:
