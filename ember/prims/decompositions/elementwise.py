@@ -84,12 +84,13 @@ def rsqrt(x: Any) -> Any:
 def round_(x: Value, *, decimals: int = 0) -> Value:
     if decimals == 0:
         return ops.round(x)
-    return _round_decimals(x, decimals)
+    if x.device.type == "cpu":
+        return _opmath(_round_decimals)(x, decimals)    # eager's CPU kernel: in float, rounded once
+    return _round_decimals(x, decimals)                 # CUDA's: each step in x's dtype
 
 
-@_opmath
 def _round_decimals(x: Value, decimals: int) -> Value:
-    # eager's kernel, in float: nearbyint(x * 10^d) / 10^d, or for d < 0 nearbyint(x / 10^-d) * 10^-d
+    # eager's kernels: nearbyint(x * 10^d) / 10^d, or for d < 0 nearbyint(x / 10^-d) * 10^-d
     # (x * 0.01 and x / 100 round apart)
     if decimals < 0:
         scale = 10.0 ** -decimals
@@ -162,10 +163,11 @@ def xlogy(x: Any, y: Any) -> Value:
     # 0 where x is 0 (0 * log(0) and 0 * log(inf) would be NaN), with eager's gradients: log(y)
     # for x wherever y > 0 (x == 0 included: a where choosing the constant 0 gave it none), none
     # where x == 0 and y <= 0
-    if not is_tensor(y) and _low_precision_on_cpu(x) and type(y) in (int, float):
-        # eager's CPU kernel: the number becomes a tensor of x's dtype, its log one too
+    if not is_tensor(y) and is_tensor(x) and x.dtype in (torch.bfloat16, torch.float16) and type(y) in (int, float):
+        # eager: the number becomes a tensor of x's dtype; its log is rounded to that dtype too on
+        # the CPU, kept in float on CUDA
         y = torch.tensor(y, dtype=x.dtype).item()
-        log_y = torch.log(torch.tensor(y, dtype=x.dtype)).item()
+        log_y = torch.log(torch.tensor(y, dtype=x.dtype if x.device.type == "cpu" else torch.float32)).item()
     if is_tensor(log_y):
         unbounded = ops.logical_or(ops.le(y, 0), ops.eq(y, math.inf))
         log_y = ops.where(ops.logical_and(ops.eq(x, 0), unbounded), 0.0, log_y)
@@ -271,10 +273,10 @@ def div(x: Any, other: Any, *, rounding_mode: str | None = None) -> Any:
     result_dtype = ops.elementwise_dtypes([ops._operand_tier(x), ops._operand_tier(other)],
                                           Promotion.DEFAULT)[1]
     if result_dtype.is_floating_point:
-        if result_dtype in (torch.bfloat16, torch.float16) and is_tensor(x) and x.device.type == "cpu" and \
+        if result_dtype in (torch.bfloat16, torch.float16) and is_tensor(x) and \
                 isinstance(other, (int, float)) and not isinstance(other, bool):
-            # eager's CPU kernel divides by a Python number in float, unrounded, then truncates:
-            # bf16 100 / -0.7 is -142.857 -> -142 (rounded to bf16 first, -143)
+            # eager's kernels (CPU and CUDA) divide by a Python number in float, unrounded, then
+            # truncate: bf16 100 / -0.7 is -142.857 -> -142 (rounded to bf16 first, -143)
             return ops.cast(ops.trunc(ops.div(ops.upcast(x), other)), result_dtype)
         return ops.trunc(ops.div(x, other))
     # integer division rounding toward zero: floor division, then fix the negative quotients
