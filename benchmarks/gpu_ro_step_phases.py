@@ -7,14 +7,25 @@ Per variant: the step's median (CUDA events around each step, as run.py), host t
 (cudagraph_mark_step_begin, zero_grad, forward, loss, backward), and for ember-ro the CUDA-graph
 counters and torch.profiler's host and device tables over 10 steps.
 """
-import sys, time, torch
-sys.path.insert(0, ".bench"); sys.path.insert(0, "benchmarks")
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", ".bench"), HERE]
+
 from zoo_train_setup import zoo_training
+
 import ember
 from ember.runtime import cudagraphs
-from torch.profiler import profile, ProfilerActivity
 
-def run(label, name):
+
+def run(label: str, name: str) -> None:
     model, bench, args, kwargs = zoo_training(name)
     if label == "eager":
         fn, mark = model, (lambda: None)
@@ -24,39 +35,60 @@ def run(label, name):
         fn, mark = ember.compile(model, mode="reduce-overhead"), ember.cudagraph_mark_step_begin
     else:
         fn, mark = torch.compile(model, mode="reduce-overhead"), torch.compiler.cudagraph_mark_step_begin
-    phases = [0.0] * 5
-    def step(timed=False):
-        t0 = time.perf_counter(); mark(); t1 = time.perf_counter()
-        model.zero_grad(set_to_none=True); t2 = time.perf_counter()
-        out = fn(*args, **kwargs); t3 = time.perf_counter()
-        loss = bench.loss_fn(out); t4 = time.perf_counter()
-        loss.backward(); t5 = time.perf_counter()
+    phases = [0.0] * 5      # cudagraph_mark_step_begin, zero_grad, forward, loss, backward
+
+    def step(timed: bool = False) -> None:
+        marks = [time.perf_counter()]
+        mark()
+        marks.append(time.perf_counter())
+        model.zero_grad(set_to_none=True)
+        marks.append(time.perf_counter())
+        out = fn(*args, **kwargs)
+        marks.append(time.perf_counter())
+        loss = bench.loss_fn(out)
+        marks.append(time.perf_counter())
+        loss.backward()
+        marks.append(time.perf_counter())
         if timed:
-            for i, (a, b) in enumerate(zip((t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5))):
+            for i, (a, b) in enumerate(zip(marks, marks[1:])):
                 phases[i] += b - a
-    for _ in range(30): step()
+
+    for _ in range(30):
+        step()
     torch.cuda.synchronize()
-    evs = []
-    for _ in range(300):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); step(True); e.record(); evs.append((s, e))
+    events = []
+    for _ in range(300):        # as run.py times a step: CUDA events around it, no sync between
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step(True)
+        end.record()
+        events.append((start, end))
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in evs)
+    times = sorted(start.elapsed_time(end) for start, end in events)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(10): step()
+        for _ in range(10):
+            step()
         torch.cuda.synchronize()
     avg = prof.key_averages()
-    gpu = sum(e.self_device_time_total for e in avg) / 10 / 1e3
-    print(f"== {name} {label}: step median {times[150]:.3f} ms p10 {times[30]:.3f}; GPU {gpu:.3f} ms/step; host per phase us "
-          f"(mark, zero_grad, forward, loss, backward) {[round(p / 300 * 1e6) for p in phases]}", flush=True)
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu = sum(e.self_device_time_total for e in kernels) / 10 / 1e3
+    print(f"== {name} {label}: step median {times[150]:.3f} ms p10 {times[30]:.3f}; GPU kernels {gpu:.3f} ms/step; "
+          f"host per phase us (mark, zero_grad, forward, loss, backward) {[round(p / 300 * 1e6) for p in phases]}",
+          flush=True)
     if label == "ember-ro":
         print("   cudagraph counters", dict(cudagraphs.counters), flush=True)
         print(avg.table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=60), flush=True)
         print(avg.table(sort_by="self_device_time_total", row_limit=12, max_name_column_width=60), flush=True)
 
-for name in sys.argv[1].split(","):
-    for label in sys.argv[2].split(","):
-        try:
-            run(label, name)
-        except Exception as exc:
-            print("FAILED", name, label, type(exc).__name__, exc, flush=True)
+
+def main() -> None:
+    for name in sys.argv[1].split(","):
+        for label in sys.argv[2].split(","):
+            try:
+                run(label, name)
+            except Exception as exc:  # noqa: BLE001 - one variant failing should not hide the others
+                print("FAILED", name, label, type(exc).__name__, exc, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,11 @@ def kernel_cache_dir() -> str:
 # (EMBER_RECOMPUTE=0 saves every value the backward reads: more memory, no recomputation)
 recompute: bool = os.environ.get("EMBER_RECOMPUTE", "1") != "0"
 
+# where's gradient reads its test from the output when that is exact (relu: the mask is
+# relu(x) <= 0, so a bool mask is not saved beside the output; autodiff/prim_rules.py);
+# EMBER_MASK_FROM_OUTPUT=0 reads it from the input (A/B runs)
+mask_from_output: bool = os.environ.get("EMBER_MASK_FROM_OUTPUT", "1") != "0"
+
 # the partitioner's recompute ban and tie-break (autodiff/partition.py); EMBER_PARTITION_REFINE=0
 # turns them off (A/B runs: bytes saved alone decide the cut)
 partition_refine: bool = os.environ.get("EMBER_PARTITION_REFINE", "1") != "0"

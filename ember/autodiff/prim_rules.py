@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ember import config
 from ember.autodiff.rules import vjp_rule
 from ember.prims import ops
 from ember.prims import primitives as P
@@ -310,7 +311,7 @@ def _condition_from_output(out: Value, cond: Value, a: Any, b: Any) -> Value:
     dtype holds exactly, so that rounding cannot move c across t."""
     node = cond.node if isinstance(cond, Value) else None
     compare = getattr(getattr(node, "target", None), "name", None)
-    if compare not in _HOLDS or not isinstance(out, Value) or not out.is_tensor:
+    if not config.mask_from_output or compare not in _HOLDS or not isinstance(out, Value) or not out.is_tensor:
         return cond
     x, threshold = node.args
     if not _exact_number(threshold, out.dtype):

@@ -52,9 +52,9 @@ def test_every_comparison_fill_and_threshold(compare, fill_first, dtype):
     for threshold, fill in PAIRS:
         test = COMPARE[compare]
         if fill_first:
-            fn = lambda x: torch.where(test(x, threshold), fill, x)   # noqa: E731
+            fn = lambda x, test=test, threshold=threshold, fill=fill: torch.where(test(x, threshold), fill, x)
         else:
-            fn = lambda x: torch.where(test(x, threshold), x, fill)   # noqa: E731
+            fn = lambda x, test=test, threshold=threshold, fill=fill: torch.where(test(x, threshold), x, fill)
         _check(fn, _x(threshold, dtype))
 
 

@@ -6,7 +6,6 @@ and aliasing are compared with eager's."""
 from __future__ import annotations
 
 import copy
-import re
 
 import torch
 from recording import compile_keeping

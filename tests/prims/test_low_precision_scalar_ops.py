@@ -53,7 +53,7 @@ def test_values_equal_eager(name, dtype):
     for number in NUMBERS:
         fn = OPS[name]
         expected = fn(x, number)
-        actual = ember.compile(lambda x: fn(x, number), options={"fallback": "error"})(x)
+        actual = ember.compile(lambda x, fn=fn, number=number: fn(x, number), options={"fallback": "error"})(x)
         assert actual.dtype == expected.dtype
         torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True, msg=f"{name}({number})")
 
@@ -69,7 +69,7 @@ def test_gradients_close_to_eager(name, dtype):
         fn = OPS[name]
         xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
         fn(xe, number).float().sum().backward()
-        ember.compile(lambda x: fn(x, number), options={"fallback": "error"})(xc).float().sum().backward()
+        ember.compile(lambda x, fn=fn, number=number: fn(x, number), options={"fallback": "error"})(xc).float().sum().backward()
         torch.testing.assert_close(xc.grad, xe.grad, rtol=2e-2, atol=1e-3, equal_nan=True, msg=f"{name}({number})")
 
 
@@ -97,6 +97,6 @@ def test_add_and_sub_with_alpha(dtype, alpha):
     torch.manual_seed(0)
     x, y = (torch.randn(256) * 3).to(dtype), torch.randn(256).to(dtype)
     for other in (y, 7.0, 0.1, 1 / 3):
-        for fn in (lambda x: torch.add(x, other, alpha=alpha), lambda x: torch.sub(x, other, alpha=alpha),
-                   lambda x: torch.rsub(x, y, alpha=alpha)):
+        for fn in (lambda x, other=other: torch.add(x, other, alpha=alpha),
+                   lambda x, other=other: torch.sub(x, other, alpha=alpha), lambda x: torch.rsub(x, y, alpha=alpha)):
             torch.testing.assert_close(ember.compile(fn, options={"fallback": "error"})(x), fn(x), rtol=0, atol=0)
