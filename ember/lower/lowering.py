@@ -20,6 +20,7 @@ from ember.graph import Graph, Node, TensorMeta, dense_in_order, dense_strides_l
 from ember.lower import ir, lower_indexing
 from ember.lower.ir import Cast, Const, Expr, Index, IndexValue, Load, Op
 from ember.symbolic import as_size, hint_of, is_symbolic
+from ember.prims.ops import rounded_to
 from ember.prims.primitives import BINARY, UNARY, Prim, is_prim
 
 Loader = Callable[[tuple[Index, ...]], Expr]
@@ -1094,10 +1095,9 @@ def _iota(self: _Lowering, node: Node, length: int, start: int, step: int, dtype
 
 def _full(self: _Lowering, node: Node, shape: Any, value: Any, dtype: torch.dtype, device: Any,
           stride: Any = None) -> TensorValue:
-    if dtype in (torch.bfloat16, torch.float16) and type(value) in (int, float):
-        # the tensor holds the number rounded to its dtype; a Const of that dtype is read as the
-        # unrounded number (a Python scalar operand is, in eager's float math): round it here
-        value = torch.tensor(value, dtype=dtype).item()
+    # the tensor holds the number rounded to its dtype; a Const of that dtype is read as the
+    # unrounded number (a Python scalar operand is, in eager's float math): round it here
+    value = rounded_to(value, dtype)
     return self.pointwise(node, tuple(_meta(node).shape), dtype, lambda idx: _operand(value, idx, dtype))
 
 

@@ -47,6 +47,14 @@ def _python_scalar(value: Any, dtype: torch.dtype) -> Any:
     return int(value)
 
 
+def rounded_to(number: Any, dtype: torch.dtype) -> Any:
+    """A Python int or float as a tensor of ``dtype`` holds it (bf16's 0.1 is 0.10009765625); other
+    values, and numbers for other dtypes, as they are."""
+    if dtype in (torch.bfloat16, torch.float16) and type(number) in (int, float):
+        return torch.tensor(number, dtype=dtype).item()
+    return number
+
+
 def upcast(x: Value) -> Value:
     """fp16/bf16 -> fp32 for composite math; cast back with `cast(result, x.dtype)`."""
     return cast(x, computation_dtype(x.dtype))

@@ -162,15 +162,9 @@ def threshold(x: Value, threshold: float, value: float, inplace: bool = False) -
     # bf16/fp16: eager's CPU kernel compares float(x) with the threshold as a float, CUDA's with
     # the threshold rounded to x's dtype (F.threshold(x, 0.1, v) keeps a bf16 0.1 on CPU only)
     if x.device.type != "cpu":
-        threshold = _rounded_to(threshold, x.dtype)
+        threshold = ops.rounded_to(threshold, x.dtype)
     return ops.cast(ops.where(ops.le(ops.upcast(x), threshold), value, x), x.dtype)
 
-
-def _rounded_to(number: Any, dtype: torch.dtype) -> Any:
-    """A Python number as a bf16/fp16 tensor would hold it (other numbers and dtypes as they are)."""
-    if dtype in (torch.bfloat16, torch.float16) and type(number) in (int, float):
-        return torch.tensor(number, dtype=dtype).item()
-    return number
 
 
 @register(F.hardshrink, torch.hardshrink, T.hardshrink)
@@ -184,7 +178,7 @@ def softshrink(x: Value, lambd: float = 0.5) -> Value:
     # bf16/fp16 on CPU: eager's forward tests and subtracts in float (a bf16 0.1 minus 0.1 is 1e-4,
     # not 0), and its backward tests |x| <= lambd in x's dtype, lambd rounded to it
     if x.device.type != "cpu":
-        lambd = _rounded_to(lambd, x.dtype)     # CUDA's kernel: lambd in x's dtype, in value and gradient
+        lambd = ops.rounded_to(lambd, x.dtype)     # CUDA's kernel: lambd in x's dtype, in value and gradient
     computed = ops.upcast(x) if x.device.type == "cpu" else x
     inside = ops.where(ops.isnan(computed), computed, computed * 0.0)
     shrunk = ops.where(ops.gt(computed, lambd), computed - lambd,

@@ -152,7 +152,7 @@ _logit_in_float = functools.partial(_opmath, int_to_float=True)(_logit)
 
 def _low_precision_on_cpu(x: Any) -> bool:
     """A bf16/fp16 tensor on the CPU: eager's CPU kernels round some steps there that its CUDA
-    kernels compute in float (logit, add's alpha, xlogy's number)."""
+    kernels compute in float (logit, rsqrt)."""
     return is_tensor(x) and x.dtype in (torch.bfloat16, torch.float16) and x.device.type == "cpu"
 
 
@@ -166,7 +166,7 @@ def xlogy(x: Any, y: Any) -> Value:
     if not is_tensor(y) and is_tensor(x) and x.dtype in (torch.bfloat16, torch.float16) and type(y) in (int, float):
         # eager: the number becomes a tensor of x's dtype; its log is rounded to that dtype too on
         # the CPU, kept in float on CUDA
-        y = torch.tensor(y, dtype=x.dtype).item()
+        y = ops.rounded_to(y, x.dtype)
         log_y = torch.log(torch.tensor(y, dtype=x.dtype if x.device.type == "cpu" else torch.float32)).item()
     if is_tensor(log_y):
         unbounded = ops.logical_or(ops.le(y, 0), ops.eq(y, math.inf))
@@ -218,12 +218,12 @@ def _fused_alpha(op: Any, x: Any, other: Any, alpha: Any) -> Any:
         return None
     compute = computation_dtype(dtype)
     if type(other) in (int, float) and x.device.type == "cpu":
-        scaled = torch.tensor(alpha, dtype=dtype).item() * torch.tensor(other, dtype=dtype).item()
+        scaled = ops.rounded_to(alpha, dtype) * ops.rounded_to(other, dtype)
         return ops.cast(op(ops.cast(x, compute), scaled), dtype)      # exact in float: 8-bit mantissas
     if not is_tensor(other):
         return None
     if x.device.type == "cpu":
-        alpha = torch.tensor(alpha, dtype=dtype).item()
+        alpha = ops.rounded_to(alpha, dtype)
     product = ops.mul(ops.cast(ops.cast(other, dtype), compute), alpha)
     return ops.cast(op(ops.cast(ops.cast(x, dtype), compute), product), dtype)
 
@@ -244,9 +244,6 @@ def _times_alpha(x: Any, other: Any, alpha: Any) -> Any:
         if isinstance(alpha, float) and not (dtype.is_floating_point or dtype.is_complex):
             raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
         other = ops.cast(other, dtype) if is_tensor(other) else other
-        if dtype in (torch.bfloat16, torch.float16) and _low_precision_on_cpu(other if is_tensor(other) else x) \
-                and type(alpha) in (int, float):
-            alpha = torch.tensor(alpha, dtype=dtype).item()     # eager's CPU kernel rounds alpha first
         return ops.mul(other, ops._python_scalar(alpha, dtype))
     return other
 
@@ -302,9 +299,7 @@ def floor_divide(x: Any, other: Any) -> Any:
 @register(T.__rfloordiv__)
 def rfloordiv(x: Value, other: Any) -> Any:
     # torch.floor_divide(other, x): the number is an operand of x's dtype, rounded to it (bf16 0.1 // 0.05 is 2)
-    if x.dtype in (torch.bfloat16, torch.float16) and type(other) in (int, float):
-        other = torch.tensor(other, dtype=x.dtype).item()
-    return ops.floor_divide(other, x)
+    return ops.floor_divide(ops.rounded_to(other, x.dtype), x)
 
 
 @register(torch.remainder, T.remainder, operator.mod, T.__mod__)
