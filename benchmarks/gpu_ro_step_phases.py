@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -19,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", ".bench"), HERE]
 
-from zoo_train_setup import zoo_training
+from zoo_train_setup import phased_step, zoo_training
 
 import ember
 from ember.runtime import cudagraphs
@@ -35,23 +34,7 @@ def run(label: str, name: str) -> None:
         fn, mark = ember.compile(model, mode="reduce-overhead"), ember.cudagraph_mark_step_begin
     else:
         fn, mark = torch.compile(model, mode="reduce-overhead"), torch.compiler.cudagraph_mark_step_begin
-    phases = [0.0] * 5      # cudagraph_mark_step_begin, zero_grad, forward, loss, backward
-
-    def step(timed: bool = False) -> None:
-        marks = [time.perf_counter()]
-        mark()
-        marks.append(time.perf_counter())
-        model.zero_grad(set_to_none=True)
-        marks.append(time.perf_counter())
-        out = fn(*args, **kwargs)
-        marks.append(time.perf_counter())
-        loss = bench.loss_fn(out)
-        marks.append(time.perf_counter())
-        loss.backward()
-        marks.append(time.perf_counter())
-        if timed:
-            for i, (a, b) in enumerate(zip(marks, marks[1:])):
-                phases[i] += b - a
+    step, phases = phased_step(model, fn, bench, args, kwargs, mark)
 
     for _ in range(30):
         step()
@@ -73,7 +56,7 @@ def run(label: str, name: str) -> None:
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     gpu = sum(e.self_device_time_total for e in kernels) / 10 / 1e3
     print(f"== {name} {label}: step median {times[150]:.3f} ms p10 {times[30]:.3f}; GPU kernels {gpu:.3f} ms/step; "
-          f"host per phase us (mark, zero_grad, forward, loss, backward) {[round(p / 300 * 1e6) for p in phases]}",
+          f"host per phase us (mark, zero_grad, forward, loss, backward) {[round(p / 300) for p in phases.values()]}",
           flush=True)
     if label == "ember-ro":
         print("   cudagraph counters", dict(cudagraphs.counters), flush=True)

@@ -41,26 +41,13 @@ def main() -> None:
 
 
 def diagnose(name: str, steps: int, profile_forward: bool) -> None:
+    from zoo_train_setup import phased_step, zoo_training
+
     import ember
-    from zoo_train_setup import zoo_training
     model, bench, call_args, call_kwargs = zoo_training(name)
     variants = [("eager", model), ("ember", ember.compile(model))]
     for label, fn in variants:
-        phases = {"zero_grad": 0.0, "forward": 0.0, "loss": 0.0, "backward": 0.0}
-
-        def step(timed: bool) -> None:
-            marks = [time.perf_counter()]
-            model.zero_grad(set_to_none=True)
-            marks.append(time.perf_counter())
-            out = fn(*call_args, **call_kwargs)
-            marks.append(time.perf_counter())
-            loss = bench.loss_fn(out)
-            marks.append(time.perf_counter())
-            loss.backward()
-            marks.append(time.perf_counter())
-            if timed:
-                for key, a, b in zip(phases, marks, marks[1:]):
-                    phases[key] += (b - a) * 1e6
+        step, phases = phased_step(model, fn, bench, call_args, call_kwargs)
         for _ in range(5):
             step(False)
         torch.cuda.synchronize()
@@ -68,7 +55,7 @@ def diagnose(name: str, steps: int, profile_forward: bool) -> None:
             step(True)
             torch.cuda.synchronize()
         drained = {k: v / steps for k, v in phases.items()}
-        phases = dict.fromkeys(phases, 0.0)
+        phases.update(dict.fromkeys(phases, 0.0))
         before = torch.cuda.memory_stats()
         collections: list[tuple[int, float]] = []
         gc_started = [0.0]

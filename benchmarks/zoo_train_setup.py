@@ -3,6 +3,8 @@ gpu_train_*profile.py and gpu_host_profile.py diagnosis scripts; the harness dir
 on sys.path)."""
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,3 +26,30 @@ def zoo_training(name: str, dtype: torch.dtype = torch.bfloat16, device: str = "
     if isinstance(inputs, dict):
         return model, bench, (), {k: cast(v) for k, v in inputs.items()}
     return model, bench, tuple(cast(v) for v in inputs), {}
+
+
+def phased_step(model: Any, fn: Any, bench: Any, call_args: tuple, call_kwargs: dict,
+                mark: Callable[[], None] | None = None) -> tuple[Callable[..., None], dict[str, float]]:
+    """(step, phases): ``step(timed)`` runs one harness training step (``mark()`` first when given,
+    then zero_grad, forward, loss, backward) and, when timed, adds each phase's host time in us to
+    ``phases`` (reset it in place to start over)."""
+    names = (("mark",) if mark is not None else ()) + ("zero_grad", "forward", "loss", "backward")
+    phases = dict.fromkeys(names, 0.0)
+
+    def step(timed: bool = False) -> None:
+        marks = [time.perf_counter()]
+        if mark is not None:
+            mark()
+            marks.append(time.perf_counter())
+        model.zero_grad(set_to_none=True)
+        marks.append(time.perf_counter())
+        out = fn(*call_args, **call_kwargs)
+        marks.append(time.perf_counter())
+        loss = bench.loss_fn(out)
+        marks.append(time.perf_counter())
+        loss.backward()
+        marks.append(time.perf_counter())
+        if timed:
+            for key, a, b in zip(names, marks, marks[1:]):
+                phases[key] += (b - a) * 1e6
+    return step, phases
