@@ -85,7 +85,7 @@ def round_(x: Value, *, decimals: int = 0) -> Value:
     if decimals == 0:
         return ops.round(x)
     if x.device.type == "cpu":
-        return _opmath(_round_decimals)(x, decimals)    # eager's CPU kernel: in float, rounded once
+        return _round_decimals_in_float(x, decimals)    # eager's CPU kernel: in float, rounded once
     return _round_decimals(x, decimals)                 # CUDA's: each step in x's dtype
 
 
@@ -97,6 +97,9 @@ def _round_decimals(x: Value, decimals: int) -> Value:
         return ops.round(x / scale) * scale
     scale = 10.0 ** decimals
     return ops.round(x * scale) / scale
+
+
+_round_decimals_in_float = _opmath(_round_decimals)
 
 
 @register(torch.square, T.square)
