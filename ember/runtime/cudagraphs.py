@@ -18,11 +18,14 @@ after a graph break: calling the function again overwrites what it returned, as 
 replays again), and while autograd holds one (a gradient in ``p.grad``, a forward's saved
 activations) the recording is busy, as it is for its own (below).
 
-Inputs.  A recording reads every input from a fixed address.  Parameters, module buffers and
-outputs of another runner's recordings (a training forward's saved activations, read by the
-backward) are "pinned": read where they are, the recording being chosen by their addresses.  Other
-inputs are copied into buffers the recording owns; those the graph writes are copied back.  A
-pinned input whose address keeps changing is demoted to a copied one.
+Inputs.  A recording reads every input from a fixed address, and the input's address is part of
+the layout that chooses the recording.  So a tensor input is read where it is (parameters, module
+buffers, a training forward's saved activations read by the backward, an input tensor the caller
+passes again, a backward's incoming gradient that the allocator puts at one address every step),
+until a call of the same sizes passes it at another address: from then on it is copied into a
+buffer the recording owns (copied back when the graph writes it).  This runner's own outputs fed
+back as inputs are always copied, since a replay writes over them.  Outputs of another runner's
+recordings stay read in place wherever they are.
 
 Outputs live in the recording's pool, and its next replay writes over them.  As under
 torch.compile, an output the caller still holds at that point is marked so that reading it raises
@@ -97,16 +100,18 @@ class _Recording:
     buffers: dict[int, torch.Tensor]        # copied input position -> the buffer the graph reads
     copy_back: list[int]                    # copied positions the graph writes
     plan: list[tuple]                       # per output: how to hand it out after a replay
-    outputs: list[Any]                      # what the recorded call returned (keeps the pool's outputs)
-    watched: list[tuple[torch.Tensor, int]]  # outputs autograd may hold, with our own use count
+    outputs: list[torch.Tensor]             # the recorded call's outputs in the pool (keeps them allocated)
+    watched: list[tuple[torch.UntypedStorage, int]]  # outputs autograd may hold, with our own use count
     returned: list[weakref.ref] = dataclasses.field(default_factory=list)   # handed out last replay
     # the pool memory its replay may write besides its outputs (address ranges), and what later
     # recordings keep there: outputs autograd may hold, with our own use count (busy while held),
     # and the recordings whose returned outputs may lie there (held strongly: one its runner dropped
     # may still have handed-out outputs), with their storage addresses (expired before a replay)
     scratch: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-    hazards: list[tuple[torch.Tensor, int]] = dataclasses.field(default_factory=list)
+    hazards: list[tuple[torch.UntypedStorage, int]] = dataclasses.field(default_factory=list)
     overlapped: list[tuple[_Recording, frozenset[int]]] = dataclasses.field(default_factory=list)
+    # every output is in the pool and none repeats: hand out ``outputs`` as they are (per call)
+    distinct_pool_outputs: bool = False
 
 
 class CudaGraphRunner:
@@ -132,6 +137,7 @@ class CudaGraphRunner:
         # place), other tensors (copied, unless another runner's output), Python scalars
         self.pinned_positions: list[int] | None = None
         self.other_positions: list[int] = []
+        self.copied: set[int] = set()      # other positions seen at several addresses: copied
         self.scalar_positions: list[int] = []
         self.recordings: dict[tuple, list[_Recording]] = {}
         self.warmed_up: set[tuple] = set()
@@ -163,8 +169,15 @@ class CudaGraphRunner:
         recording = self._free_recording(key)
         if recording is None:
             if key not in self.warmed_up:
+                moved = self._moving_inputs(key, inputs)
+                if not moved:
+                    self.warmed_up.add(key)
+                    return self._plain(inputs)
+                # an input seen at another address in a call of the same layout: copy it from now
+                # on (the layout's kernels and libraries are warm: record at once)
+                self._demote(moved)
+                key = self._layout_key(inputs)
                 self.warmed_up.add(key)
-                return self._plain(inputs)
             recording = self._record(key, inputs)
             if recording is None:
                 return self._plain(inputs)
@@ -200,17 +213,27 @@ class CudaGraphRunner:
         if self.pinned_positions is None and not self._first_call(inputs):
             return None
         pinned = tuple([inputs[p].data_ptr() for p in self.pinned_positions])
-        others = tuple([self._pool_address(inputs[p]) for p in self.other_positions])
+        others = tuple([self._read_in_place(inputs[p], p) for p in self.other_positions])
         scalars = tuple([(type(inputs[p]), inputs[p]) for p in self.scalar_positions])
         layouts = tuple([(tuple(inputs[p].shape), inputs[p].stride(), inputs[p].storage_offset())
                          for p in self.symbolic])
         return pinned, others, scalars, layouts
 
-    def _pool_address(self, value: torch.Tensor) -> int | None:
-        """The address of another runner's output (a saved activation: read in place), else None."""
-        address = value.untyped_storage().data_ptr()
-        owner = _pool_outputs.get(address)
-        return value.data_ptr() if owner is not None and owner() not in (None, self) else None
+    def _read_in_place(self, value: torch.Tensor, position: int) -> int | None:
+        """The address a recording reads this input at, or None for an input copied into a buffer
+        the recording owns: another runner's output (a saved activation) is read in place; so is
+        any other tensor until it is seen at another address (``copied``), unless it is this
+        runner's own output, which a replay writes over (state fed back as an input)."""
+        address = value.data_ptr()
+        # the storage's address is the tensor's at offset 0 (untyped_storage() makes an object)
+        owner = _pool_outputs.get(address if value.storage_offset() == 0 else value.untyped_storage().data_ptr())
+        if owner is None:
+            return None if position in self.copied else address
+        return address if owner() not in (None, self) else None
+
+    def _owned_by_another_runner(self, value: torch.Tensor) -> bool:
+        owner = _pool_outputs.get(value.untyped_storage().data_ptr())
+        return owner is not None and owner() not in (None, self)
 
     def _first_call(self, inputs: tuple) -> bool:
         """Sort the inputs once (the graph's guards keep them so)."""
@@ -243,10 +266,10 @@ class CudaGraphRunner:
         if len(same_key) >= RECORDINGS_PER_LAYOUT:
             log("cudagraphs", f"{len(same_key)} recordings of one layout are all in use: plain launches")
             return None
-        if self._demote_moving_inputs(key):
+        moved = self._moving_inputs(key, inputs)
+        if moved:
+            self._demote(moved)
             key = self._layout_key(inputs)
-            if key is None:
-                return None
         if sum(len(r) for r in self.recordings.values()) >= MAX_RECORDINGS:
             self._disable(f"more than {MAX_RECORDINGS} input layouts (sizes) or concurrent calls")
             return None
@@ -262,9 +285,11 @@ class CudaGraphRunner:
         except Exception as exc:  # noqa: BLE001 - a graph that cannot be recorded runs its plain launches
             self._disable(f"recording failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
-        recording = _Recording(replay, buffers, sorted(p for p in self.mutated if p in buffers),
-                               _output_plan(outputs, static, buffers), list(outputs), [])
-        pool = [(index, plan[1]) for index, plan in enumerate(recording.plan) if plan[0] == "pool"]
+        plan = _output_plan(outputs, static, buffers)
+        recording = _Recording(replay, buffers, sorted(p for p in self.mutated if p in buffers), plan,
+                               [entry[1] for entry in plan if entry[0] == "pool"], [])
+        pool = [(index, entry[1]) for index, entry in enumerate(plan) if entry[0] == "pool"]
+        recording.distinct_pool_outputs = len(pool) == len(plan) == len({id(t) for _, t in pool})
         for _, output in pool:
             _pool_outputs[output.untyped_storage().data_ptr()] = weakref.ref(self)
         if self.backward:       # gradients: p.grad may keep any of them
@@ -279,30 +304,40 @@ class CudaGraphRunner:
                           f"{len(key[0]) + sum(a is not None for a in key[1])} read in place)")
         return recording
 
-    def _demote_moving_inputs(self, key: tuple) -> bool:
-        """A parameter or module-state input at a new address where a recording of the same sizes
-        has it at another (a tensor made per call that our guess took for module state): copy it
-        from now on, and drop every recording (their keys change shape).  Another runner's outputs
-        (saved activations) legitimately move between that runner's recordings: they stay pinned."""
+    def _moving_inputs(self, key: tuple, inputs: tuple) -> set[int]:
+        """Inputs read in place whose address differs from a recorded or warmed-up call of the same
+        scalars and sizes: a tensor made per call (a new batch; a parameter-like attribute our
+        guess took for module state).  Another runner's outputs (saved activations) legitimately
+        move between that runner's recordings: they stay read in place."""
         moved: set[int] = set()
-        for other in self.recordings:
-            if other[2:] == key[2:]:
-                moved.update(p for p, a, b in zip(self.pinned_positions, key[0], other[0]) if a != b)
-        if not moved:
-            return False
+        for other in (*self.recordings, *self.warmed_up):
+            if other[2:] != key[2:]:
+                continue
+            moved.update(p for p, a, b in zip(self.pinned_positions, key[0], other[0]) if a != b)
+            moved.update(p for p, a, b in zip(self.other_positions, key[1], other[1])
+                         if a != b and a is not None and b is not None
+                         and not self._owned_by_another_runner(inputs[p]))
+        return moved
+
+    def _demote(self, moved: set[int]) -> None:
+        """Copy the ``moved`` inputs from now on; every recording is dropped (their keys change)."""
         log("cudagraphs", f"inputs {sorted(moved)} change address between calls: copied from now on")
         self.pinned_positions = [p for p in self.pinned_positions if p not in moved]
-        self.other_positions = sorted([*self.other_positions, *moved])
+        self.other_positions = sorted({*self.other_positions, *moved})
+        self.copied |= moved
         self.recordings.clear()
         self.warmed_up.clear()
-        return True
 
     # ------------------------------------------------------------------ outputs
     def _hand_out(self, recording: _Recording, inputs: tuple) -> tuple:
+        if recording.distinct_pool_outputs:     # the common case, per call: no plan to walk
+            results = [tensor.detach() for tensor in recording.outputs]
+            recording.returned = list(map(weakref.ref, results[:self._returned_limit(recording)]))
+            return tuple(results)
         results: list[Any] = []
         made: dict[int, torch.Tensor] = {}
         returned: list[weakref.ref] = []
-        limit = 0 if self.backward else len(recording.plan) if self.num_visible is None else self.num_visible
+        limit = self._returned_limit(recording)
         for index, plan in enumerate(recording.plan):
             kind = plan[0]
             if kind == "pool":
@@ -322,6 +357,11 @@ class CudaGraphRunner:
             results.append(result)
         recording.returned = returned
         return tuple(results)
+
+    def _returned_limit(self, recording: _Recording) -> int:
+        """Outputs 0..limit-1 go to the caller, who may keep them across calls (a backward's go to
+        autograd, a training forward's saved activations to its ctx: busy, not expired)."""
+        return 0 if self.backward else len(recording.plan) if self.num_visible is None else self.num_visible
 
     def expire_outputs(self) -> None:
         for recordings in self.recordings.values():
@@ -383,7 +423,7 @@ def _share_pool(recording: _Recording, pool_outputs: list[torch.Tensor], device:
         inside = [t for t in pool_outputs if _overlaps(*_extent(t), earlier.scratch)]
         if inside:
             addresses = frozenset(t.untyped_storage().data_ptr() for t in inside)
-            earlier.hazards.extend(w for w in recording.watched if w[0].untyped_storage().data_ptr() in addresses)
+            earlier.hazards.extend(w for w in recording.watched if w[0].data_ptr() in addresses)
             earlier.overlapped.append((recording, addresses))
     _recordings.add(recording)
     outputs = sorted(_extent(t) for r in _recordings for t in r.outputs if isinstance(t, torch.Tensor))
@@ -478,19 +518,21 @@ def _expire(recording: _Recording, addresses: frozenset[int] | None = None) -> N
     recording.returned = kept
 
 
-def _use_count(tensor: torch.Tensor) -> int:
-    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+_use_count = torch._C._storage_Use_Count     # of a storage's _cdata: how many hold that memory
 
 
-def _distinct_storages(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
-    seen: dict[int, torch.Tensor] = {}
+def _distinct_storages(tensors: list[torch.Tensor]) -> list[tuple[torch.UntypedStorage, int]]:
+    """The storages of ``tensors``, each with its use count now (the storage object we keep for a
+    cheap check per call counts as one of them)."""
+    seen: dict[int, torch.UntypedStorage] = {}
     for tensor in tensors:
-        seen.setdefault(tensor.untyped_storage().data_ptr(), tensor)
-    return [(tensor, _use_count(tensor)) for tensor in seen.values()]
+        storage = tensor.untyped_storage()
+        seen.setdefault(storage.data_ptr(), storage)
+    return [(storage, _use_count(storage._cdata)) for storage in seen.values()]
 
 
 def _busy(recording: _Recording) -> bool:
     """Autograd still holds memory of this recording (saved activations, a gradient in p.grad),
     or memory of a later recording that lies in this one's scratch."""
-    return any(_use_count(tensor) > count for tensor, count in recording.watched) or \
-        any(_use_count(tensor) > count for tensor, count in recording.hazards)
+    return any(_use_count(storage._cdata) > count for storage, count in recording.watched) or \
+        any(_use_count(storage._cdata) > count for storage, count in recording.hazards)

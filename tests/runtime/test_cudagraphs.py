@@ -337,3 +337,46 @@ def test_explain_says_whether_graphs_are_replayed():
     with torch.no_grad():
         report = explain_with(mode="reduce-overhead")(model, torch.randn(4, 64, device=DEV))
     assert "CUDA graph recorded on the 2nd call" in str(report)
+
+
+# ---------------------------------------------------------------------- inputs read in place
+def _copied_buffers():
+    """The input buffers of every recording of every runner (copied inputs)."""
+    return [len(r.buffers) for runner in list(cudagraphs._runners)
+            for recordings in runner.recordings.values() for r in recordings]
+
+
+def test_an_input_passed_again_is_read_in_place_and_its_new_values_seen():
+    compiled = ro(lambda x, y: (x * 2 + y).sin())
+    x, y = torch.randn(64, device=DEV), torch.randn(64, device=DEV)
+    for step in range(6):
+        x.uniform_(-step, step)         # new values at the same address: the replay must read them
+        close(compiled(x, y).clone(), (x * 2 + y).sin())
+    assert cudagraphs.counters["replayed"] >= 4
+    assert _copied_buffers() == [0]
+
+
+def test_an_input_at_new_addresses_is_copied_from_then_on():
+    compiled = ro(lambda x, y: (x * 2 + y).sin())
+    y = torch.randn(64, device=DEV)
+    kept = []       # every x stays alive: each call's x is at a new address
+    for _ in range(6):
+        kept.append(torch.randn(64, device=DEV))
+        close(compiled(kept[-1], y).clone(), (kept[-1] * 2 + y).sin())
+    assert cudagraphs.counters["recorded"] == 1
+    assert cudagraphs.counters["replayed"] == 5     # the 2nd call saw x move, and recorded at once
+    assert _copied_buffers() == [1]        # x copied, y read in place
+
+
+def test_an_input_written_in_place_at_one_address():
+    def f(x, y):
+        x.mul_(0.5).add_(y)
+        return x.sum()
+
+    compiled = ro(f)
+    x, y = torch.randn(64, device=DEV), torch.randn(64, device=DEV)
+    x_eager = x.clone()
+    for _ in range(6):
+        close(compiled(x, y).clone(), f(x_eager, y))
+        close(x, x_eager)
+    assert cudagraphs.counters["replayed"] >= 4
