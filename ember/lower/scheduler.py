@@ -390,12 +390,42 @@ class _Scheduler:
         (a 6-layer nanoGPT's inference peak went from 512 to 768 KiB)."""
         backward = self.program.extra.get("backward", False)
         out = set()
+        idom: dict[str, str | None] | None = None
         for name in shared:
             last = releases.last_read.get(name)
-            if last is None or backward and any(where[name] <= at < last and freed >= _nbytes_of(self.nodes[name])
-                                                for at, freed in releases.freed.items()):
+            if last is None:
+                out.add(name)
+                continue
+            nbytes = _nbytes_of(self.nodes[name])
+            if not backward or not any(where[name] <= at < last and freed >= nbytes
+                                       for at, freed in releases.freed.items()):
+                continue
+            if idom is None:
+                idom, _ = self._dominators()
+            if self._recomputed_from_one_input(name, idom) or \
+                    self._bytes_kept_by_recomputing(name, last, releases, shared) < nbytes:
                 out.add(name)
         return out
+
+    def _recomputed_from_one_input(self, name: str, idom: dict[str, str | None]) -> bool:
+        """A forward value the backward recomputes from one saved input: ``_recompute_cuts`` can
+        recompute it near its readers, from a cut, instead of keeping it alive."""
+        root = name
+        while idom.get(root) is not None:
+            root = idom[root]
+        return root != name and isinstance(self.nodes[root], ir.InputBuffer)
+
+    def _bytes_kept_by_recomputing(self, name: str, last: int, releases: _Releases, shared: set[str]) -> int:
+        """Bytes that recomputing ``name`` in each of its readers, up to group ``last``, would keep
+        alive longer than storing it: the buffers it is computed from that die earlier otherwise.
+        A ResNet backward's masked gradient at a block boundary, relu_mask(y) * (g1 + g2), was
+        recomputed in each reader; that kept its inputs alive instead of itself, and the next
+        block's gradient chain grew by one more recomputed block, read again by every reader
+        (ResNet-50's generated backward kernels moved a fifth more bytes than they need).  Inputs
+        that are ``shared`` values themselves are not counted: they may be recomputed in turn, and
+        their own inputs may live that long anyway (the pointwise model's blocks)."""
+        return sum(_nbytes_of(self.nodes[dep]) for dep in self._deps(name)
+                   if dep not in shared and releases.last_read.get(dep, -1) < last)
 
     def _read_in_own_kernel_only(self, stored: set[str], groups: list, where: dict[str, int]) -> set[str]:
         """Shared values that every reader reads in the kernel computing them: stored for nothing
