@@ -5,13 +5,14 @@ each reader, every block's gradient chain grew by the block before it (the last 
 ResNet-like stack loaded a dozen activations; ResNet-50's generated backward moved about a fifth
 more bytes than it needs).  Gradients must still equal eager's."""
 import copy
+
 import pytest
 import torch
+from recording import record_compiled_graphs
 from torch import nn
 
 import ember
 from ember.lower.scheduler import FusedKernel
-from recording import record_compiled_graphs
 
 
 class Block(nn.Module):
