@@ -224,15 +224,13 @@ class CudaGraphRunner:
         the recording owns: another runner's output (a saved activation) is read in place; so is
         any other tensor until it is seen at another address (``copied``), unless it is this
         runner's own output, which a replay writes over (state fed back as an input)."""
-        address = value.data_ptr()
-        # the storage's address is the tensor's at offset 0 (untyped_storage() makes an object)
-        owner = _pool_outputs.get(address if value.storage_offset() == 0 else value.untyped_storage().data_ptr())
+        owner = _pool_owner(value)
         if owner is None:
-            return None if position in self.copied else address
-        return address if owner() not in (None, self) else None
+            return None if position in self.copied else value.data_ptr()
+        return value.data_ptr() if owner() not in (None, self) else None
 
     def _owned_by_another_runner(self, value: torch.Tensor) -> bool:
-        owner = _pool_outputs.get(value.untyped_storage().data_ptr())
+        owner = _pool_owner(value)
         return owner is not None and owner() not in (None, self)
 
     def _first_call(self, inputs: tuple) -> bool:
@@ -426,8 +424,14 @@ def _share_pool(recording: _Recording, pool_outputs: list[torch.Tensor], device:
             earlier.hazards.extend(w for w in recording.watched if w[0].data_ptr() in addresses)
             earlier.overlapped.append((recording, addresses))
     _recordings.add(recording)
-    outputs = sorted(_extent(t) for r in _recordings for t in r.outputs if isinstance(t, torch.Tensor))
+    outputs = sorted(_extent(t) for r in _recordings for t in r.outputs)
     recording.scratch = _subtract(pool_segments(device), outputs)
+
+
+def _pool_owner(value: torch.Tensor) -> weakref.ref | None:
+    """The runner whose recording returned ``value``'s memory (a weak reference), or None."""
+    # the storage's address is the tensor's at offset 0 (untyped_storage() makes an object per call)
+    return _pool_outputs.get(value.data_ptr() if value.storage_offset() == 0 else value.untyped_storage().data_ptr())
 
 
 def _extent(tensor: torch.Tensor) -> tuple[int, int]:
