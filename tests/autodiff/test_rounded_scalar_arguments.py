@@ -46,3 +46,19 @@ def test_values_and_gradients_equal_eager(name, argument, dtype):
     for what, a, e in zip(("value", "x.grad"), actual, expected):
         torch.testing.assert_close(a, e, rtol=0, atol=0, equal_nan=True, msg=f"{name}: {what}")
         assert torch.equal(a.signbit(), e.signbit()), f"{name}: {what}: signed zeros differ"
+
+
+@pytest.mark.parametrize("exponent_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(), (1, 5)])
+def test_pow_base_gradient_subtracts_one_in_the_exponents_dtype(exponent_dtype, shape):
+    """eager's pow_backward_self computes exponent - 1 in the exponent's own dtype: a bf16 exponent
+    0.2598 of a float32 base gives a^-0.7422 (bf16), not a^-0.7402 (training fuzz seed 20581)."""
+    compiled = ember.compile(lambda a, b: torch.pow(a, b))
+    gen = torch.Generator().manual_seed(0)
+    for value in (0.2598, 1.7, -0.33, 2.0):
+        base = torch.rand(8, 5, generator=gen) * 3 + 0.01
+        exponent = torch.full(shape, value).to(exponent_dtype)
+        a, b = base.clone().requires_grad_(), base.clone().requires_grad_()
+        (grad_eager,) = torch.autograd.grad(torch.pow(a, exponent).sum(), [a])
+        (grad_ember,) = torch.autograd.grad(compiled(b, exponent).sum(), [b])
+        torch.testing.assert_close(grad_ember, grad_eager, rtol=1e-5, atol=1e-6)
