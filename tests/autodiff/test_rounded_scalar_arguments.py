@@ -53,7 +53,12 @@ def test_values_and_gradients_equal_eager(name, argument, dtype):
 def test_pow_base_gradient_subtracts_one_in_the_exponents_dtype(exponent_dtype, shape):
     """eager's pow_backward_self computes exponent - 1 in the exponent's own dtype: a bf16 exponent
     0.2598 of a float32 base gives a^-0.7422 (bf16), not a^-0.7402 (training fuzz seed 20581)."""
-    compiled = ember.compile(lambda a, b: torch.pow(a, b))
+    def fn(a, b):
+        return torch.pow(a, b)
+
+    compiled = ember.compile(fn, options={"fallback": "error"})
+    report = ember.explain(fn, torch.rand(8, 5).requires_grad_(), torch.full(shape, 0.5).to(exponent_dtype))
+    assert (report.graph_count, report.break_count) == (1, 0) and report.kernel_count >= 1, str(report)
     gen = torch.Generator().manual_seed(0)
     for value in (0.2598, 1.7, -0.33, 2.0):
         base = torch.rand(8, 5, generator=gen) * 3 + 0.01

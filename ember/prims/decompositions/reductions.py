@@ -161,7 +161,7 @@ register(torch.min, T.min)(_max_or_min(ops.amin, P.argmin, ops.minimum, torch.re
 def logsumexp(x: Value, dim: Any, keepdim: bool = False) -> Value:
     out_dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
     # eager's logsumexp is composite: for bf16/fp16, x - max, exp, the sum, log and + max each
-    # round to the dtype (so do its gradient's steps, which the prims' own rules give here)
+    # round to the dtype (its gradient, grad * exp(x - result) in eager, still rounds other steps)
     x = ops.cast(x, out_dtype if out_dtype in (torch.bfloat16, torch.float16) else computation_dtype(out_dtype))
     dims = ops.normalize_dims(dim, x.ndim)
     if not dims and x.ndim:
