@@ -200,6 +200,7 @@ class _Scheduler:
         # same mapping substitutes the same inlined producers into consumer after consumer
         self.substitutions: dict[tuple[tuple[Var, Index], ...], ir.Substitution] = {}
         self.expensive: dict[Expr, bool] = {}     # _is_expensive of expanded bodies
+        self.dominator_tree: tuple[dict[str, str | None], dict[str, int]] | None = None   # _dominators
         self.view_bases = {v.name for node in self.nodes.values() if isinstance(node, ir.Extern)
                            for v in _tree_leaves((node.args, node.kwargs)) if isinstance(v, ir.BufferView)}
         self.order = self._placement_order()
@@ -390,7 +391,6 @@ class _Scheduler:
         (a 6-layer nanoGPT's inference peak went from 512 to 768 KiB)."""
         backward = self.program.extra.get("backward", False)
         out = set()
-        idom: dict[str, str | None] | None = None
         for name in shared:
             last = releases.last_read.get(name)
             if last is None:
@@ -400,16 +400,15 @@ class _Scheduler:
             if not backward or not any(where[name] <= at < last and freed >= nbytes
                                        for at, freed in releases.freed.items()):
                 continue
-            if idom is None:
-                idom, _ = self._dominators()
-            if self._recomputed_from_one_input(name, idom) or \
+            if self._recomputed_from_one_input(name) or \
                     self._bytes_kept_by_recomputing(name, last, releases, shared) < nbytes:
                 out.add(name)
         return out
 
-    def _recomputed_from_one_input(self, name: str, idom: dict[str, str | None]) -> bool:
+    def _recomputed_from_one_input(self, name: str) -> bool:
         """A forward value the backward recomputes from one saved input: ``_recompute_cuts`` can
         recompute it near its readers, from a cut, instead of keeping it alive."""
+        idom, _ = self._dominators()
         root = name
         while idom.get(root) is not None:
             root = idom[root]
@@ -605,7 +604,10 @@ class _Scheduler:
         of a smaller buffer, a weight or a per-row statistic, is not a path): a node's dominator is
         the nearest node that every such path from an input, reduction or Extern to it passes
         through.  Those sources and nodes without full-size reads have none (None); nodes computed
-        from smaller buffers only (a weight broadcast to the full size) are no path either."""
+        from smaller buffers only (a weight broadcast to the full size) are no path either.
+        Computed once: it depends on the program alone, not on which nodes are stored."""
+        if self.dominator_tree is not None:
+            return self.dominator_tree
         idom: dict[str, str | None] = {}
         depth: dict[str, int] = {}
         small: set[str] = set()       # computed from smaller buffers only (a broadcast weight)
@@ -625,7 +627,8 @@ class _Scheduler:
                             break
             idom[name] = dom
             depth[name] = 0 if dom is None else depth[dom] + 1
-        return idom, depth
+        self.dominator_tree = idom, depth
+        return self.dominator_tree
 
     def _group(self) -> tuple[list[_Group | ir.Extern], dict[str, int], _Releases]:
         groups: list[_Group | ir.Extern] = []
