@@ -2,7 +2,7 @@
 
     python benchmarks/promotion_sweep.py
 
-19 binary ops x 9 x 9 dtypes x {same shape, a 0-d second operand}: the compiled result's dtype, shape
+38 binary ops x 9 x 9 dtypes x {same shape, a 0-d second operand, a 0-d first operand}: the compiled result's dtype, shape
 and values against eager's, on the CPU.  Prints DIFF/ERROR lines, then the counts.  Session 28:
 2688 cases, every dtype equal; the 65 DIFF lines were atan2, hypot and pow in float32/float64, one
 ulp apart (glibc's libm against eager's Sleef).
@@ -25,6 +25,12 @@ OPS = {
     "bitand": lambda a, b: a & b, "fmod": torch.fmod, "hypot": torch.hypot, "copysign": torch.copysign,
     "lerp": lambda a, b: torch.lerp(a, b, 0.3), "addcmul": lambda a, b: torch.addcmul(a, a, b),
     "clamp": lambda a, b: torch.clamp(a, min=b),
+    "xlogy": torch.xlogy, "xlog1py": torch.special.xlog1py, "logaddexp": torch.logaddexp,
+    "logaddexp2": torch.logaddexp2, "fmax": torch.fmax, "fmin": torch.fmin, "minimum": torch.minimum,
+    "heaviside": torch.heaviside, "nextafter": torch.nextafter, "float_power": torch.float_power,
+    "true_divide": torch.true_divide, "ldexp": torch.ldexp, "rsub": torch.rsub,
+    "sub_alpha": lambda a, b: torch.sub(a, b, alpha=2), "ge": torch.ge, "logical_and": torch.logical_and,
+    "gcd": torch.gcd, "lshift": lambda a, b: a << b, "isclose": torch.isclose,
 }
 
 
@@ -48,8 +54,10 @@ def main() -> None:
     checked = bad = 0
     for first, second in itertools.product(DTYPES, DTYPES):
         a, full = make(first), make(second)
-        for shape, b in (("same", full), ("0d", full[0].clone())):
+        for shape, b in (("same", full), ("0d", full[0].clone()), ("0d first", full[0].clone())):
             for name, op in OPS.items():
+                if shape == "0d first":
+                    op = lambda x, y, op=op: op(y, x)  # noqa: E731 - the 0-d tensor as the first operand
                 try:
                     expected = op(a, b)
                 except Exception:  # noqa: BLE001, S112 - a pair eager rejects is not a case

@@ -161,8 +161,16 @@ def _low_precision_on_cpu(x: Any) -> bool:
 
 @register(torch.xlogy, T.xlogy, special.xlogy)
 def xlogy(x: Any, y: Any) -> Value:
-    log_y = ops.log(y) if not is_tensor(y) or y.dtype.is_floating_point else \
-        ops.log(ops.cast(y, torch.get_default_dtype()))
+    # TensorIterator casts both tensors to their common dtype first: a float32 0-d y of a bf16 x
+    # gives bf16, a bf16 y of a float32 x has its log taken in float32
+    dtype = result_type([ops._operand_tier(v) for v in (x, y) if is_tensor(v)])
+    if not (dtype.is_floating_point or dtype.is_complex):
+        dtype = torch.get_default_dtype()
+    x, y = (ops.cast(v, dtype) if is_tensor(v) else v for v in (x, y))
+    if is_tensor(y) and dtype in (torch.bfloat16, torch.float16) and y.device.type != "cpu":
+        log_y = ops.log(ops.upcast(y))     # eager's CUDA kernel keeps log(y) in float, its CPU one rounds it
+    else:
+        log_y = ops.log(y)
     # 0 where x is 0 (0 * log(0) and 0 * log(inf) would be NaN), with eager's gradients: log(y)
     # for x wherever y > 0 (x == 0 included: a where choosing the constant 0 gave it none), none
     # where x == 0 and y <= 0
@@ -176,11 +184,11 @@ def xlogy(x: Any, y: Any) -> Value:
         log_y = ops.where(ops.logical_and(ops.eq(x, 0), unbounded), 0.0, log_y)
     elif not 0 < y < math.inf:          # a Python y whose log is -inf, inf or NaN
         log_y = ops.where(ops.eq(x, 0), 0.0, log_y)
-    product = ops.mul(x, log_y)
+    product = ops.cast(ops.mul(x, log_y), dtype) if is_tensor(x) else ops.mul(x, log_y)
     result = ops.where(ops.eq(x, 0), product + 0.0, product)   # + 0.0: eager's +0, not 0 * -log's -0
     if not is_tensor(y):
         return result + math.nan if math.isnan(y) else result
-    return ops.where(ops.isnan(y), math.nan, result)
+    return ops.cast(ops.where(ops.isnan(y), math.nan, result), dtype)
 
 
 @register(torch.nan_to_num, T.nan_to_num)
