@@ -220,6 +220,8 @@ class TrainingStep:
     def __init__(self, forward: Any, parts: Partition, joint: Joint, prim_graph: Graph, torch_graph: Graph,
                  options: CompileOptions, early_backward: BackgroundBackward | None = None) -> None:
         self.forward = forward.call
+        # reduce-overhead (runtime/cudagraphs.py): keeps the forward's recording busy until the backward
+        self.hold_until_backward = getattr(forward.call, "hold_until_backward", None)
         self._early_backward = early_backward
         self.backward_graph = parts.backward
         self.options = options
@@ -407,6 +409,8 @@ class _CompiledFunction(torch.autograd.Function):
         results = step.forward(*inputs)
         saved = results[layout.num_forward_outputs:]
         ctx.step = step
+        if step.hold_until_backward is not None:   # reduce-overhead: its recording waits for us
+            ctx.recording = step.hold_until_backward(ctx)
         ctx.set_materialize_grads(False)    # an output nobody differentiated: None, see backward
         if step.saves_tensors_only:
             ctx.save_for_backward(*saved)
@@ -430,6 +434,8 @@ class _CompiledFunction(torch.autograd.Function):
     def backward(ctx: Any, *grads: Any) -> tuple:
         step: TrainingStep = ctx.step
         layout = step.layout
+        if step.hold_until_backward is not None and ctx.recording is not None:
+            ctx.recording.pending = None
         tangents = [grads[slot] for slot in layout.tangent_slots]
         if all(t is None for t in tangents):
             return (None,) * (layout.num_inputs + 1)

@@ -34,6 +34,11 @@ that autograd may still read is never overwritten: a training forward's saved ac
 its backward ran, a backward's gradients while ``p.grad`` holds them (gradient accumulation;
 AccumulateGrad keeps its own tensor on our memory).  A recording whose such memory is still
 referenced is busy, and the call replays another recording of the same layout (recorded then).
+So is a training forward until its call's backward ran (two forwards before one backward), and a
+recording while the caller holds outputs lying in its scratch of a later recording (graphs warm up
+at different calls around a graph break) that are a training forward's awaiting that backward, or
+any forward's when the recording is a training backward: a step's outputs stay readable after
+loss.backward(), as in eager.
 
 What cannot be recorded runs the plain launches, with the reason under EMBER_LOGS=cudagraphs:
 CPU tensor inputs, random numbers drawn on the host, too many layouts, or a recording that
@@ -112,6 +117,15 @@ class _Recording:
     overlapped: list[tuple[_Recording, frozenset[int]]] = dataclasses.field(default_factory=list)
     # every output is in the pool and none repeats: hand out ``outputs`` as they are (per call)
     distinct_pool_outputs: bool = False
+    # later recordings whose handed-out outputs lie in its scratch and keep it busy while the caller
+    # holds one: for a training backward, any forward's (the step's outputs, read after
+    # loss.backward()); for any recording, a training forward's while that call's backward is
+    # pending (two forwards, then one backward: the loss saved the first one's outputs)
+    protected: list[tuple[_Recording, frozenset[int]]] = dataclasses.field(default_factory=list)
+    backward: bool = False
+    training_forward: bool = False
+    # a training forward's: the autograd ctx of its last replay, until that call's backward runs
+    pending: weakref.ref | None = None
 
 
 class CudaGraphRunner:
@@ -142,6 +156,7 @@ class CudaGraphRunner:
         self.recordings: dict[tuple, list[_Recording]] = {}
         self.warmed_up: set[tuple] = set()
         self.disabled = ""
+        self.last_replayed: _Recording | None = None    # this call's recording, for hold_until_backward
         if any(getattr(n.target, "__name__", "") == "draw_seed" for n in prim_graph.call_nodes()):
             self._disable("the graph draws random numbers on the host (dropout, rand) once per call")
         _runners.add(self)
@@ -155,6 +170,7 @@ class CudaGraphRunner:
 
     # ------------------------------------------------------------------ calls
     def __call__(self, *arguments: Any) -> tuple:
+        self.last_replayed = None
         if self.boxed:      # one list that the callee empties (a training backward)
             box = arguments[0]
             inputs = tuple(box)
@@ -201,6 +217,7 @@ class CudaGraphRunner:
                 _expire(later, addresses)
         recording.replay()
         counters["replayed"] += 1
+        self.last_replayed = recording
         for position in recording.copy_back:
             inputs[position].copy_(recording.buffers[position])
         return self._hand_out(recording, inputs)
@@ -288,6 +305,8 @@ class CudaGraphRunner:
                                [entry[1] for entry in plan if entry[0] == "pool"], [])
         pool = [(index, entry[1]) for index, entry in enumerate(plan) if entry[0] == "pool"]
         recording.distinct_pool_outputs = len(pool) == len(plan) == len({id(t) for _, t in pool})
+        recording.backward = self.backward
+        recording.training_forward = self.num_visible is not None
         for _, output in pool:
             _pool_outputs[output.untyped_storage().data_ptr()] = weakref.ref(self)
         if self.backward:       # gradients: p.grad may keep any of them
@@ -365,6 +384,16 @@ class CudaGraphRunner:
         for recordings in self.recordings.values():
             for recording in recordings:
                 _expire(recording)
+                recording.pending = None
+
+    def hold_until_backward(self, ctx: Any) -> _Recording | None:
+        """A training forward's call: its recording stays busy until ``ctx``'s backward ran (the
+        caller then clears ``pending``) or autograd dropped ctx.  Two forwards before one backward
+        must not overwrite the first one's outputs, which the loss may have saved."""
+        recording = self.last_replayed
+        if recording is not None:
+            recording.pending = weakref.ref(ctx)
+        return recording
 
     def _disable(self, reason: str) -> None:
         if not self.disabled:
@@ -423,6 +452,8 @@ def _share_pool(recording: _Recording, pool_outputs: list[torch.Tensor], device:
             addresses = frozenset(t.untyped_storage().data_ptr() for t in inside)
             earlier.hazards.extend(w for w in recording.watched if w[0].data_ptr() in addresses)
             earlier.overlapped.append((recording, addresses))
+            if recording.training_forward or (earlier.backward and not recording.backward):
+                earlier.protected.append((recording, addresses))
     _recordings.add(recording)
     outputs = sorted(_extent(t) for r in _recordings for t in r.outputs)
     recording.scratch = _subtract(pool_segments(device), outputs)
@@ -539,4 +570,17 @@ def _busy(recording: _Recording) -> bool:
     """Autograd still holds memory of this recording (saved activations, a gradient in p.grad),
     or memory of a later recording that lies in this one's scratch."""
     return any(_use_count(storage._cdata) > count for storage, count in recording.watched) or \
-        any(_use_count(storage._cdata) > count for storage, count in recording.hazards)
+        any(_use_count(storage._cdata) > count for storage, count in recording.hazards) or \
+        any((recording.backward and not later.backward or _pending(later)) and _held(later, addresses)
+            for later, addresses in recording.protected) or _pending(recording)
+
+
+def _pending(recording: _Recording) -> bool:
+    """A training forward whose last call's backward has not run (autograd still holds its ctx)."""
+    return recording.pending is not None and recording.pending() is not None
+
+
+def _held(recording: _Recording, addresses: frozenset[int]) -> bool:
+    """The caller still holds an output ``recording`` handed out at one of ``addresses``."""
+    return any(tensor is not None and tensor.untyped_storage().data_ptr() in addresses
+               for tensor in (reference() for reference in recording.returned))
