@@ -28,7 +28,7 @@ OPS = {
     "lerp": lambda a, b: torch.lerp(a, b, 0.3), "addcmul": lambda a, b: torch.addcmul(a, a, b),
 }
 # float32/float64 results one ulp apart: glibc's libm in ember's C++ kernels, Sleef in eager's
-LIBM = {"atan2", "hypot", "pow", "float_power", "logaddexp", "logaddexp2", "xlog1py"}
+LIBM = {"atan2", "hypot", "pow", "float_power", "logaddexp", "logaddexp2", "xlogy", "xlog1py"}
 
 
 def make(dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
