@@ -261,6 +261,9 @@ class TrainingStep:
             results[position] = value
         numbers = self.size_numbers(inputs) if self.sized_views else None
         _apply_output_aliases(results, inputs, self.extra, layout.alias_metas, numbers)
+        if self.hold_until_backward is not None:    # reduce-overhead: views of replayed memory
+            from ember.runtime.cudagraphs import hand_out_views
+            hand_out_views([r for r in results if not any(r is v for v in returned)])
         return tuple(results[:layout.num_user_outputs])
 
     def size_numbers(self, inputs: Sequence[Any]) -> dict[str, int]:

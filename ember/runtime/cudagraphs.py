@@ -81,6 +81,8 @@ _recordings: weakref.WeakSet[_Recording] = weakref.WeakSet()
 _pools: dict[int, Any] = {}
 # storage address -> the runner whose recording returned it (its outputs never move)
 _pool_outputs: dict[int, weakref.ref] = {}
+# storage address -> the recording that returned it (for views of its outputs made elsewhere)
+_pool_recordings: dict[int, weakref.ref] = {}
 
 
 def reset() -> None:
@@ -89,6 +91,7 @@ def reset() -> None:
     _recordings.clear()
     _pools.clear()
     _pool_outputs.clear()
+    _pool_recordings.clear()
     for name in counters:
         counters[name] = 0
 
@@ -206,7 +209,9 @@ class CudaGraphRunner:
 
     def _plain(self, inputs: tuple) -> tuple:
         counters["plain"] += 1
-        return self.call(list(inputs)) if self.boxed else self.call(*inputs)
+        results = self.call(list(inputs)) if self.boxed else self.call(*inputs)
+        hand_out_views(results)     # an output viewing an input that a recording returned
+        return results
 
     def _replay(self, recording: _Recording, inputs: tuple) -> tuple:
         for position, buffer in recording.buffers.items():
@@ -309,6 +314,7 @@ class CudaGraphRunner:
         recording.training_forward = self.num_visible is not None
         for _, output in pool:
             _pool_outputs[output.untyped_storage().data_ptr()] = weakref.ref(self)
+            _pool_recordings[output.untyped_storage().data_ptr()] = weakref.ref(recording)
         if self.backward:       # gradients: p.grad may keep any of them
             recording.watched = _distinct_storages([o for _, o in pool])
         elif self.num_visible is not None:      # saved activations, until the backward ran
@@ -369,6 +375,7 @@ class CudaGraphRunner:
             elif kind == "input_view":
                 _, position, shape, stride, delta = plan
                 result = inputs[position].as_strided(shape, stride, inputs[position].storage_offset() + delta)
+                hand_out_views([result])
             else:
                 result = plan[1]
             results.append(result)
@@ -487,6 +494,19 @@ def _subtract(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> li
         if start < end:
             left.append((start, end))
     return left
+
+
+def hand_out_views(tensors: Any) -> None:
+    """Views of a recording's outputs made outside its hand-out (a training step's outputs that
+    alias another output, an output viewing an input that another recording returned): reading
+    one after that recording's next replay raises as for its own outputs (the error is set per
+    tensor object, not per memory), and while held they keep a recording busy as its outputs do."""
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor):
+            owner = _pool_recordings.get(tensor.untyped_storage().data_ptr())
+            recording = owner() if owner is not None else None
+            if recording is not None:
+                recording.returned.append(weakref.ref(tensor))
 
 
 def mark_overwritten(tensor: torch.Tensor) -> None:

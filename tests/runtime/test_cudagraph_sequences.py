@@ -1,7 +1,7 @@
 """mode="reduce-overhead" under random sequences of calls, against an eager twin (a seeded fuzzer).
 
 Each seed builds a small model (Linear layers, a BatchNorm whose running stats the forward writes,
-and, for some seeds, a graph break) and runs a random sequence of actions on the compiled model and
+or a call counter the forward writes with outputs that share memory; for some seeds a graph break) and runs a random sequence of actions on the compiled model and
 on an eager copy: training steps with and without zero_grad, gradient accumulation, two forwards
 before one backward, no_grad calls, optimizer steps, cudagraph_mark_step_begin, batches passed as
 new tensors or written into the same tensor, and new batch sizes.  After every action outputs,
@@ -47,6 +47,26 @@ class Net(nn.Module):
         return self.fc2(h) * 0.5, h.sum(dim=1)
 
 
+class CountingNet(nn.Module):
+    """Module state the forward writes (a call counter), an in-place op on an intermediate, and
+    outputs that are views: of another output, and of an intermediate."""
+
+    def __init__(self, graph_break: bool):
+        super().__init__()
+        self.fc = nn.Linear(12, 12)
+        self.register_buffer("calls", torch.zeros(()))
+        self.graph_break = graph_break
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.fc(x)
+        h.mul_(torch.sigmoid(h))
+        if self.graph_break:
+            print("", end="")
+        out = h + x * (self.calls % 3)
+        return out, out[:, :5], h[:, :2]       # after a break, h[:, :2] views the first graph's output
+
+
 class Twin:
     """One side of the comparison: a model, the callable to run it, its optimizer and batch."""
 
@@ -63,9 +83,10 @@ class Twin:
             self.batch = values.clone()     # a new tensor at another address
 
     def loss(self) -> tuple[torch.Tensor, tuple]:
-        out, side = self.run(self.batch)
-        self.last_outputs = [out, side]
-        return out.square().mean() + side.sin().mean(), (out, side)
+        outputs = self.run(self.batch)
+        self.last_outputs = list(outputs)
+        out, side = outputs[:2]
+        return out.square().mean() + side.sin().mean(), outputs
 
 
 def _act(action: str, twin: Twin, rng_state: int):
@@ -109,7 +130,7 @@ def _state(model: nn.Module) -> list[torch.Tensor]:
 def test_random_call_sequences_match_eager(seed):
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    eager_model = Net(graph_break=seed % 3 == 2).to(DEV)
+    eager_model = (Net if seed % 4 < 2 else CountingNet)(graph_break=seed % 3 == 2).to(DEV)
     compiled_model = copy.deepcopy(eager_model)
     dynamic = [None, True][seed % 2]
     batch = torch.randn(8, 12, device=DEV)
