@@ -29,7 +29,9 @@ recordings stay read in place wherever they are.
 
 Outputs live in the recording's pool, and its next replay writes over them.  As under
 torch.compile, an output the caller still holds at that point is marked so that reading it raises
-an error that says what to do (clone it, or call ``ember.cudagraph_mark_step_begin()``).  Memory
+an error that says what to do (clone it, or call ``ember.cudagraph_mark_step_begin()``).  The mark
+is per tensor object: the outputs we hand out and the views ember makes of them are marked (see
+hand_out_views); a view the caller made of an output and kept is not, as under torch.compile.  Memory
 that autograd may still read is never overwritten: a training forward's saved activations until
 its backward ran, a backward's gradients while ``p.grad`` holds them (gradient accumulation;
 AccumulateGrad keeps its own tensor on our memory).  A recording whose such memory is still
