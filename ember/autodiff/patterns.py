@@ -44,17 +44,31 @@ def _log_softmax(node: Node, grad: Value) -> tuple[Node, Value] | None:
     z, log_total = node.args
     if not _is(log_total, "expand") or len(log_total.users) != 1:
         return None
-    log = log_total.args[0]
+    log = _through_rounding(log_total.args[0])
     if not _is(log, "log") or len(log.users) != 1:
         return None
-    exps = _reduction_input(log.args[0])
+    total = _through_rounding(log.args[0])
+    exps = _reduction_input(total)
     if exps is None or not _is(exps, "exp") or exps.args[0] is not z or len(exps.users) != 1:
         return None
-    dims = _sum_of(log.args[0], exps)
+    dims = _sum_of(total, exps)
     if dims is None:
         return None
     o = _output(node)
     return z, ops.sub(grad, ops.mul(ops.exp(o), ops.sum(grad, dims, keepdim=True)))
+
+
+def _through_rounding(value: Any) -> Any:
+    """What ``value`` rounds, when it is a float value cast to bf16/fp16 and back, each cast read
+    only there (CPU log_softmax over the last dim rounds its sum and log so); else value."""
+    while _is(value, "convert_element_type") and len(value.users) == 1:
+        inner = value.args[0]
+        if not (_is(inner, "convert_element_type") and len(inner.users) == 1 and
+                str(inner.args[1]).removeprefix("torch.") in _LOW_PRECISION and
+                isinstance(inner.args[0], Node) and inner.args[0].meta.dtype == value.meta.dtype):
+            break
+        value = inner.args[0]
+    return value
 
 
 def _output(node: Node) -> Value:

@@ -252,4 +252,15 @@ def log_softmax(x: Value, dim: Any = None, _stacklevel: int = 3, dtype: torch.dt
         return integer
     shifted, dim, out_dtype = _shifted(x, dim, dtype)
     total = ops.sum(ops.exp(shifted), dim, keepdim=True) if x.ndim else ops.exp(shifted)
-    return ops.cast(shifted - ops.log(total), out_dtype)
+    if out_dtype in (torch.bfloat16, torch.float16) and x.device.type == "cpu" and dim == x.ndim - 1:
+        # eager's CPU kernel over the last dim rounds the sum, then its log, to the dtype before
+        # subtracting in float (its other kernels, and CUDA's, keep both in float)
+        log_total = _rounded(ops.log(_rounded(total, out_dtype)), out_dtype)
+    else:
+        log_total = ops.log(total)
+    return ops.cast(shifted - log_total, out_dtype)
+
+
+def _rounded(x: Value, dtype: torch.dtype) -> Value:
+    """x (float) rounded to ``dtype`` and read back as float."""
+    return ops.cast(ops.cast(x, dtype), x.dtype)
