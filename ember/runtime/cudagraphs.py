@@ -507,8 +507,8 @@ def hand_out_views(tensors: Any) -> None:
         if isinstance(tensor, torch.Tensor):
             owner = _pool_recordings.get(tensor.untyped_storage().data_ptr())
             recording = owner() if owner is not None else None
-            if recording is not None:
-                recording.returned.append(weakref.ref(tensor))
+            if recording is not None and not any(r() is tensor for r in recording.returned):
+                recording.returned.append(weakref.ref(tensor))      # once: it is marked once
 
 
 def mark_overwritten(tensor: torch.Tensor) -> None:
