@@ -220,8 +220,12 @@ class TrainingStep:
     def __init__(self, forward: Any, parts: Partition, joint: Joint, prim_graph: Graph, torch_graph: Graph,
                  options: CompileOptions, early_backward: BackgroundBackward | None = None) -> None:
         self.forward = forward.call
-        # reduce-overhead (runtime/cudagraphs.py): keeps the forward's recording busy until the backward
+        # reduce-overhead (runtime/cudagraphs.py): keeps the forward's recording busy until the
+        # backward, and marks the views of its outputs made here (_apply_output_aliases)
         self.hold_until_backward = getattr(forward.call, "hold_until_backward", None)
+        if self.hold_until_backward is not None:
+            from ember.runtime.cudagraphs import hand_out_views
+            self.hand_out_views = hand_out_views
         self._early_backward = early_backward
         self.backward_graph = parts.backward
         self.options = options
@@ -262,8 +266,7 @@ class TrainingStep:
         numbers = self.size_numbers(inputs) if self.sized_views else None
         _apply_output_aliases(results, inputs, self.extra, layout.alias_metas, numbers)
         if self.hold_until_backward is not None:    # reduce-overhead: views of replayed memory
-            from ember.runtime.cudagraphs import hand_out_views
-            hand_out_views([r for r in results if not any(r is v for v in returned)])
+            self.hand_out_views([r for r in results if not any(r is v for v in returned)])
         return tuple(results[:layout.num_user_outputs])
 
     def size_numbers(self, inputs: Sequence[Any]) -> dict[str, int]:

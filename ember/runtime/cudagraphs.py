@@ -503,6 +503,8 @@ def hand_out_views(tensors: Any) -> None:
     alias another output, an output viewing an input that another recording returned): reading
     one after that recording's next replay raises as for its own outputs (the error is set per
     tensor object, not per memory), and while held they keep a recording busy as its outputs do."""
+    if not _pool_recordings:        # nothing recorded yet (a runner that only runs plain launches)
+        return
     for tensor in tensors:
         if isinstance(tensor, torch.Tensor):
             owner = _pool_recordings.get(tensor.untyped_storage().data_ptr())

@@ -62,11 +62,17 @@ def test_binary_op_promotion_and_values(first, second, shape):
                 expected[name] = op(a, b)
             except (RuntimeError, TypeError):
                 continue        # a pair eager rejects is not a case
+    if torch.bool in (a.dtype, b.dtype):
+        # bool << int: eager promotes, torch's meta kernel rejects the bool: the graph breaks
+        # there (run eagerly, exact), which would leave nothing of this case compiled
+        expected.pop("lshift", None)
     names = list(expected)
 
     def every_op(a, b):
         return tuple(OPS[name](a, b) for name in names)
 
+    report = ember.explain(every_op, a, b)      # generated kernels, not an eager run of the graph
+    assert (report.graph_count, report.break_count) == (1, 0) and report.kernel_count >= 1, str(report)
     actual = ember.compile(every_op, options={"fallback": "error"})(a, b)
     for name, value in zip(names, actual):
         reference = expected[name]

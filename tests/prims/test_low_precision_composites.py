@@ -88,6 +88,8 @@ def test_log_softmax_dtype_argument_and_gradient(dtype, monkeypatch):
     x = torch.randn(16, 50, generator=torch.Generator().manual_seed(0)) * 4
     rounded = lambda t: torch.log_softmax(t.float(), -1, dtype=dtype)         # noqa: E731
     in_float = lambda t: torch.log_softmax(t, -1, dtype=torch.float32)        # noqa: E731
+    _assert_compiled(rounded, x.to(dtype))
+    _assert_compiled(in_float, x.to(dtype))
     torch.testing.assert_close(ember.compile(rounded, options={"fallback": "error"})(x.to(dtype)),
                                rounded(x.to(dtype)), rtol=0, atol=0)
     # float32 throughout: libm's exp/log against eager's Sleef, an ulp apart at most
